@@ -1,0 +1,148 @@
+// The graph IR: an SSA dataflow graph of ATen op overloads, the level TorchDynamo and
+// AOTAutograd hand over.
+//
+// A Graph owns its Nodes and Values (stable addresses, freed with the Graph). A Node applies one
+// op overload ("aten.add.Tensor") to arguments; tensor arguments are Value*, everything else is
+// a typed Arg (never a string map). Each Node produces one or more Values, each with TensorMeta.
+//
+// Text form (printer.h / parser.h; print -> parse -> print is the identity):
+//
+//   graph(%0: f32[8, 16], %1: f32[32, 16]):
+//     %2: f32[16, 32]{1, 16} = aten.permute(%1, [1, 0])
+//     %3: f32[8, 32] = aten.mm(%0, %2)
+//     %4: f32[8, 32] = aten.add.Tensor(%3, 1.0, alpha=1)
+//     %5: f32[8], %6: i64[8] = aten.max.dim(%4, 1)
+//     return (%4, %5)
+//
+// The printer numbers values by definition order (inputs first), so ids in the text are
+// dense even after dead-code elimination; the parser accepts any distinct ids.
+//
+// Meta syntax: dtype[sizes]{strides}+offset@device; {strides} is printed only when not
+// contiguous, +offset only when nonzero, @device only when not cpu. Sizes are sym expressions
+// ("s0*4"). Args: %value, 3 (int), 2.5 / 1e-05 / inf / -inf / nan (float: always with '.',
+// 'e' or one of those names, so it never reads as an int), true, false, None, "text" (C
+// escapes), dtype(f32), device(cpu), sym(s0*4) (a non-constant sym expression; constants are
+// plain ints), and lists [a, b]. Keyword args follow positional ones as name=value.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coil/graph/tensor_meta.h"
+
+namespace coil {
+
+class Node;
+class Value;
+
+struct ArgList;
+// One argument of a node. A list is itself a vector of Args (e.g. `[%a, %b]` for aten.cat,
+// `[None, %idx]` for aten.index.Tensor, `[2, 3]` for sizes).
+struct NoneArg {
+  bool operator==(const NoneArg&) const = default;
+};
+struct Arg {
+  using List = std::vector<Arg>;
+  std::variant<NoneArg, Value*, int64_t, double, bool, std::string, DType, Device, sym::Expr,
+               List>
+      v;
+
+  Arg() = default;
+  template <typename T>
+  Arg(T x) : v(std::move(x)) {}
+  Arg(int x) : v(int64_t{x}) {}
+
+  bool is_none() const { return std::holds_alternative<NoneArg>(v); }
+  bool is_value() const { return std::holds_alternative<Value*>(v); }
+  bool is_int() const { return std::holds_alternative<int64_t>(v); }
+  bool is_double() const { return std::holds_alternative<double>(v); }
+  bool is_bool() const { return std::holds_alternative<bool>(v); }
+  bool is_list() const { return std::holds_alternative<List>(v); }
+  bool is_sym() const { return std::holds_alternative<sym::Expr>(v); }
+  Value* value() const { return std::get<Value*>(v); }
+  int64_t as_int() const;  // int, bool, or constant sym; CompileError otherwise
+  double as_double() const;  // double, int or bool
+  const List& list() const { return std::get<List>(v); }
+};
+
+class Value {
+ public:
+  int id() const { return id_; }          // printed as %<id>; unique in the graph
+  const TensorMeta& meta() const { return meta_; }
+  TensorMeta& mutable_meta() { return meta_; }
+  Node* producer() const { return producer_; }  // nullptr for graph inputs
+  int output_index() const { return output_index_; }
+  const std::vector<Node*>& users() const { return users_; }
+  bool is_input() const { return producer_ == nullptr; }
+
+ private:
+  friend class Graph;
+  int id_ = 0;
+  TensorMeta meta_;
+  Node* producer_ = nullptr;
+  int output_index_ = 0;
+  std::vector<Node*> users_;  // a node appears once per use
+};
+
+class Node {
+ public:
+  const std::string& op() const { return op_; }  // "aten.add.Tensor"
+  const std::vector<Arg>& args() const { return args_; }
+  const std::vector<std::pair<std::string, Arg>>& kwargs() const { return kwargs_; }
+  const Arg* kwarg(std::string_view name) const;  // nullptr if absent
+  // Positional arg i, or the keyword `name`, or nullptr (for optional trailing args).
+  const Arg* arg(size_t i, std::string_view name) const;
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  Value* output(size_t i = 0) const { return outputs_.at(i); }
+  // Every Value* used by args and kwargs (lists included), in order.
+  std::vector<Value*> input_values() const;
+
+ private:
+  friend class Graph;
+  std::string op_;
+  std::vector<Arg> args_;
+  std::vector<std::pair<std::string, Arg>> kwargs_;
+  std::vector<Value*> outputs_;
+};
+
+class Graph {
+ public:
+  explicit Graph(sym::Context& ctx) : ctx_(&ctx) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  sym::Context& ctx() const { return *ctx_; }
+
+  Value* add_input(TensorMeta meta);
+  // Appends a node; output metas are given (from the front end, the parser, or a meta function).
+  Node* add_node(std::string op, std::vector<Arg> args,
+                 std::vector<std::pair<std::string, Arg>> kwargs,
+                 std::vector<TensorMeta> output_metas);
+  void set_outputs(std::vector<Value*> outputs);
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  // Nodes in program (topological) order.
+  const std::vector<Node*>& nodes() const { return order_; }
+
+  // Rewrites every use of `from` (in nodes and graph outputs) to `to`.
+  void replace_all_uses(Value* from, Value* to);
+  // Removes nodes none of whose outputs are used; returns how many were removed.
+  int remove_dead_nodes();
+
+ private:
+  Value* new_value(TensorMeta meta);
+  sym::Context* ctx_;
+  std::deque<Value> values_;  // deque: stable addresses
+  std::deque<Node> node_store_;
+  std::vector<Node*> order_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  int next_value_id_ = 0;
+};
+
+}  // namespace coil

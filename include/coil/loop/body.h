@@ -1,0 +1,102 @@
+// Kernel bodies: the scalar computation of one element, as an SSA list of instructions.
+//
+// A body computes one value from an iteration point (the index symbols i0.. and r0.. of its
+// ComputeNode). Instructions refer to earlier ones by position (InstrId). The set of scalar
+// operations is declared once, in COIL_BODY_OPS; every consumer (C++ emitter, printer,
+// interpreter, dependency extraction) switches over InstrKind without a default, so adding an
+// op without handling it everywhere fails to compile (-Wswitch).
+//
+// Types: each instruction has a result dtype. Float16/BFloat16 values are computed in float32
+// (dtype_compute) and rounded only when stored or cast, as Inductor does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coil/graph/dtype.h"
+#include "coil/sym/expr.h"
+
+namespace coil::loop {
+
+using BufferId = int;
+using InstrId = int;
+
+// X(Name, arity, text). Arity counts operand instructions.
+#define COIL_BODY_OPS(X)                                                                     \
+  X(Neg, 1, "neg") X(Abs, 1, "abs") X(Exp, 1, "exp") X(Exp2, 1, "exp2")                      \
+  X(Expm1, 1, "expm1") X(Log, 1, "log") X(Log2, 1, "log2") X(Log10, 1, "log10")              \
+  X(Log1p, 1, "log1p") X(Sqrt, 1, "sqrt") X(Rsqrt, 1, "rsqrt") X(Reciprocal, 1, "reciprocal") \
+  X(Sin, 1, "sin") X(Cos, 1, "cos") X(Tan, 1, "tan") X(Asin, 1, "asin") X(Acos, 1, "acos")    \
+  X(Atan, 1, "atan") X(Sinh, 1, "sinh") X(Cosh, 1, "cosh") X(Tanh, 1, "tanh")                \
+  X(Asinh, 1, "asinh") X(Acosh, 1, "acosh") X(Atanh, 1, "atanh") X(Sigmoid, 1, "sigmoid")    \
+  X(Erf, 1, "erf") X(Erfc, 1, "erfc") X(Erfinv, 1, "erfinv") X(Lgamma, 1, "lgamma")          \
+  X(Floor, 1, "floor") X(Ceil, 1, "ceil") X(Round, 1, "round") X(Trunc, 1, "trunc")          \
+  X(Sign, 1, "sign") X(IsNan, 1, "isnan") X(IsInf, 1, "isinf") X(LogicalNot, 1, "not")       \
+  X(BitwiseNot, 1, "bitwise_not")                                                            \
+  X(Add, 2, "add") X(Sub, 2, "sub") X(Mul, 2, "mul") X(Div, 2, "div")                        \
+  X(FloorDiv, 2, "floordiv") X(TruncDiv, 2, "truncdiv") X(Remainder, 2, "remainder")         \
+  X(Fmod, 2, "fmod") X(Pow, 2, "pow") X(Maximum, 2, "maximum") X(Minimum, 2, "minimum")      \
+  X(Atan2, 2, "atan2") X(Hypot, 2, "hypot") X(CopySign, 2, "copysign")                       \
+  X(Eq, 2, "eq") X(Ne, 2, "ne") X(Lt, 2, "lt") X(Le, 2, "le") X(Gt, 2, "gt") X(Ge, 2, "ge")  \
+  X(LogicalAnd, 2, "and") X(LogicalOr, 2, "or") X(LogicalXor, 2, "xor")                      \
+  X(BitwiseAnd, 2, "bitwise_and") X(BitwiseOr, 2, "bitwise_or")                              \
+  X(BitwiseXor, 2, "bitwise_xor") X(ShiftLeft, 2, "shl") X(ShiftRight, 2, "shr")             \
+  X(Where, 3, "where")
+
+enum class InstrKind : uint8_t {
+  Load,       // buffer[index] (logical index into the buffer's dims); optional mask
+  Constant,   // a scalar literal of `dtype`
+  IndexExpr,  // the value of a sym expression over index symbols (dtype Int64 or Int32)
+  Cast,       // operand 0 converted to `dtype`
+  Rand,       // uniform [0, 1) float from seed operand 0 (an Int64 value) and `expr` (offset)
+  Randn,      // standard normal, same inputs as Rand
+#define COIL_BODY_OP_ENUM(name, arity, text) name,
+  COIL_BODY_OPS(COIL_BODY_OP_ENUM)
+#undef COIL_BODY_OP_ENUM
+};
+
+std::string_view instr_kind_name(InstrKind k);  // "load", "add", ...
+int instr_kind_arity(InstrKind k);              // operands; Load: 0 (+ optional mask)
+
+struct Instr {
+  InstrKind kind = InstrKind::Constant;
+  DType dtype = DType::Float32;  // result type
+  InstrId operands[3] = {-1, -1, -1};
+  // Load
+  BufferId buffer = -1;
+  std::vector<sym::Expr> index;  // one expr per buffer dim
+  InstrId mask = -1;             // Load: if >= 0 and false, no memory access; the value is 0
+  // IndexExpr / Rand offset
+  sym::Expr expr = nullptr;
+  // Constant: floats in `fvalue`, integers and bools in `ivalue`
+  double fvalue = 0;
+  int64_t ivalue = 0;
+};
+
+struct Body {
+  std::vector<Instr> instrs;
+  InstrId result = -1;
+};
+
+// Appends instructions to a Body, with common-subexpression elimination (an identical
+// instruction already present is returned instead of appended).
+class BodyBuilder {
+ public:
+  explicit BodyBuilder(Body& body) : body_(&body) {}
+  InstrId load(BufferId buffer, DType dtype, std::vector<sym::Expr> index, InstrId mask = -1);
+  InstrId constant(double v, DType dtype);  // integral dtypes: v is converted
+  InstrId int_constant(int64_t v, DType dtype);
+  InstrId index_expr(sym::Expr e, DType dtype = DType::Int64);
+  InstrId cast(InstrId v, DType dtype);  // returns v when already of that dtype
+  InstrId op(InstrKind kind, DType dtype, InstrId a, InstrId b = -1, InstrId c = -1);
+  InstrId rand(InstrId seed, sym::Expr offset, bool normal);
+  DType dtype(InstrId v) const { return body_->instrs.at(v).dtype; }
+  Body& body() { return *body_; }
+
+ private:
+  InstrId append(Instr instr);
+  Body* body_;
+};
+
+}  // namespace coil::loop

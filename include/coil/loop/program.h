@@ -1,0 +1,124 @@
+// The loop-level program: what lowering produces from a Graph, and what the scheduler and the
+// backends consume.
+//
+// Buffers are typed, strided n-d arrays. A buffer is a graph input, an intermediate computed by
+// a step, or a view (strided alias) of another buffer's storage. Steps run in order:
+//   ComputeNode  one output buffer, computed element by element from a Body:
+//                pointwise:  out[store_index(i)] = body(i)          for i in ranges
+//                reduction:  out[store_index(i)] = reduce_r body(i, r)  for i in ranges
+//   ExternNode   a library kernel (matmul, convolution, ...) or an eager PyTorch op
+//                (Fallback) reading and writing whole buffers.
+//
+// Index symbols: a ComputeNode's outer loop variables are index_vars (named i0, i1, ...) over
+// `ranges`; a reduction's variables are reduction_vars (r0, ...) over reduction_ranges. Size-1
+// dimensions never appear in ranges (their index is the constant 0), so a keepdim reduction
+// and the pointwise op that consumes it share their outer ranges.
+//
+// Text form (printer.h):
+//   buf2: f32[8, 1] = reduce max over (i0 < 8) (r0 < 16):
+//     %0 = load in0[i0, r0] : f32
+//     -> store [i0, 0] %0
+#pragma once
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coil/graph/dtype.h"
+#include "coil/loop/body.h"
+
+namespace coil::loop {
+
+enum class BufferKind : uint8_t { Input, Intermediate, View };
+
+struct Buffer {
+  BufferId id = -1;
+  std::string name;  // "in0", "buf3"; stable, derived from id
+  BufferKind kind = BufferKind::Intermediate;
+  DType dtype = DType::Float32;
+  Device device = Device::CPU;
+  std::vector<sym::Expr> sizes;
+  std::vector<sym::Expr> strides;
+  sym::Expr offset = nullptr;  // elements; nullptr = 0 (Views may have an offset)
+  int input_index = -1;        // Input: position among the graph's inputs
+  BufferId view_of = -1;       // View: the buffer whose storage this aliases
+};
+
+#define COIL_REDUCE_KINDS(X) \
+  X(Sum, "sum") X(Prod, "prod") X(Max, "max") X(Min, "min") X(ArgMax, "argmax") \
+  X(ArgMin, "argmin") X(Any, "any") X(All, "all")
+
+enum class ReduceKind : uint8_t {
+  None,
+#define COIL_REDUCE_ENUM(name, text) name,
+  COIL_REDUCE_KINDS(COIL_REDUCE_ENUM)
+#undef COIL_REDUCE_ENUM
+};
+std::string_view reduce_kind_name(ReduceKind k);
+
+struct ComputeNode {
+  BufferId out = -1;
+  std::vector<sym::Expr> ranges;
+  std::vector<sym::Expr> index_vars;  // symbols i0.. one per range
+  std::vector<sym::Expr> reduction_ranges;
+  std::vector<sym::Expr> reduction_vars;  // symbols r0..
+  ReduceKind reduce = ReduceKind::None;
+  Body body;                            // the element value (pointwise) or reduction input
+  std::vector<sym::Expr> store_index;   // logical index into `out`, over index_vars
+  // ArgMax/ArgMin: the body computes the value; the stored result is the position along the
+  // (single, flattened) reduction range, as Int64.
+
+  bool is_reduction() const { return reduce != ReduceKind::None; }
+};
+
+#define COIL_EXTERN_KINDS(X)                                                           \
+  X(Mm, "mm")               /* out = a @ b, 2-d */                                     \
+  X(Bmm, "bmm")             /* out = a @ b, 3-d batched */                             \
+  X(Addmm, "addmm")         /* out = beta*bias + alpha*(a @ b) */                      \
+  X(Convolution, "convolution")                                                        \
+  X(Fallback, "fallback")   /* an eager PyTorch op, by graph node position */
+
+enum class ExternKind : uint8_t {
+#define COIL_EXTERN_ENUM(name, text) name,
+  COIL_EXTERN_KINDS(COIL_EXTERN_ENUM)
+#undef COIL_EXTERN_ENUM
+};
+std::string_view extern_kind_name(ExternKind k);
+
+struct ExternNode {
+  ExternKind kind = ExternKind::Fallback;
+  std::vector<BufferId> inputs;   // may be View buffers (strided); outputs are Intermediate
+  std::vector<BufferId> outputs;
+  // Scalar attributes: Addmm {beta, alpha}; Convolution {stride..., padding..., dilation...,
+  // transposed, output_padding..., groups} as documented in lower/; unused otherwise.
+  std::vector<double> scalars;
+  std::vector<int64_t> ints;
+  // Fallback: the position of the graph node in Graph::nodes() and its op name, so the runtime
+  // can ask the host (PyTorch) to run it; inputs are the node's tensor inputs in
+  // Node::input_values() order, outputs its outputs.
+  int graph_node = -1;
+  std::string op;
+};
+
+using Step = std::variant<ComputeNode, ExternNode>;
+
+struct LoopProgram {
+  sym::Context* ctx = nullptr;
+  std::vector<Buffer> buffers;          // indexed by BufferId
+  std::vector<Step> steps;              // in a valid execution order
+  std::vector<BufferId> inputs;         // one per graph input
+  std::vector<BufferId> outputs;        // one per graph output (may repeat, may be inputs/views)
+  // Size symbols (s0, ...) the kernels need at run time, each with where to read it: the
+  // size (dim >= 0) or stride (dim < 0: stride of dim -dim-1) of a graph input.
+  struct SizeSymbol {
+    sym::Expr symbol;
+    int input = 0;
+    int dim = 0;
+  };
+  std::vector<SizeSymbol> size_symbols;
+
+  const Buffer& buffer(BufferId id) const { return buffers.at(id); }
+  BufferId add_buffer(Buffer b);  // assigns id and name; returns id
+};
+
+}  // namespace coil::loop

@@ -1,0 +1,60 @@
+// The runtime: a compiled graph is a program of steps (allocate, run kernel, call extern,
+// free) executed from C++. Also the top-level compile entry point that runs the pipeline:
+// parse -> lower -> schedule -> emit C++ -> host compile -> program.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coil/graph/dtype.h"
+#include "coil/support/options.h"
+
+namespace coil::runtime {
+
+// A tensor crossing the runtime boundary. `owner` keeps the storage alive (a runtime
+// allocation, or a host framework's tensor).
+struct RuntimeTensor {
+  void* data = nullptr;  // points at element 0 (storage offset already applied)
+  DType dtype = DType::Float32;
+  Device device = Device::CPU;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // in elements
+  std::shared_ptr<void> owner;
+};
+
+// Runs one graph node eagerly on the host framework (PyTorch): the node's position in the
+// graph, its tensor inputs; returns its outputs. Absent when coil runs without PyTorch.
+using FallbackFn =
+    std::function<std::vector<RuntimeTensor>(int graph_node, const std::vector<RuntimeTensor>&)>;
+
+// What each stage printed, for the debug dump and for tests.
+struct CompileArtifacts {
+  std::string input_graph;   // graph IR text
+  std::string loop_program;  // loop IR after lowering
+  std::string schedule;      // kernels after fusion, memory plan
+  std::string fusion_log;
+  std::string source;        // generated C++
+  std::string compiler_command;
+  std::string compiler_log;
+  std::vector<std::string> fallback_ops;
+  std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
+  int num_kernels = 0;
+  bool cache_hit = false;
+};
+
+class CompiledGraph {
+ public:
+  virtual ~CompiledGraph() = default;
+  virtual std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) = 0;
+  virtual const CompileArtifacts& artifacts() const = 0;
+};
+
+// Runs the whole pipeline. Throws CompileError (unsupported input) or InternalError (a bug).
+std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
+                                             const CompileOptions& options, FallbackFn fallback);
+
+}  // namespace coil::runtime

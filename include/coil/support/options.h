@@ -1,0 +1,37 @@
+// CompileOptions: the one typed value that configures a compilation. Built once at the Python
+// boundary (from torch.compile options and COIL_* environment variables) and passed down by
+// const reference. Passes never read the environment or globals.
+//
+// Every field that can change generated code is part of cache_key(); COIL_OPTION_FIELDS lists
+// the fields once so the key cannot forget one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace coil {
+
+// X(type, name, default, affects_code)
+#define COIL_OPTION_FIELDS(X)                                                          \
+  X(bool, strict, false, false)              /* fallbacks become CompileErrors */      \
+  X(bool, fuse, true, true)                  /* run the fusion scheduler */            \
+  X(bool, inline_pointwise, true, true)      /* inline producers into consumers */     \
+  X(int64_t, max_inline_reads, 8, true)      /* realize when inlining repeats more */  \
+  X(int64_t, parallel_threshold, 32768, true) /* min elements for an OpenMP loop */    \
+  X(int64_t, num_threads, 0, true)           /* 0: OpenMP default */                   \
+  X(std::string, cxx, "g++", true)           /* host compiler */                       \
+  X(std::string, cxx_flags, "-O3 -march=native", true)                                 \
+  X(std::string, cache_dir, "", false)       /* kernel cache; "" = no disk cache */    \
+  X(std::string, debug_dir, "", false)       /* "" = no debug dump */                  \
+  X(std::string, runtime_headers_dir, "", true) /* "" = the build's source tree */
+
+struct CompileOptions {
+#define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;
+  COIL_OPTION_FIELDS(COIL_DECLARE_OPTION)
+#undef COIL_DECLARE_OPTION
+
+  // A stable text of every code-affecting field, for cache keys.
+  std::string cache_key() const;
+};
+
+}  // namespace coil
