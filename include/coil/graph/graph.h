@@ -8,11 +8,14 @@
 // Text form (printer.h / parser.h; print -> parse -> print is the identity):
 //
 //   graph(%0: f32[8, 16], %1: f32[32, 16]):
-//     %2: f32[16, 32]{1, 16} = aten.permute(%1, [1, 0])
-//     %3: f32[8, 32] = aten.mm(%0, %2)
+//     %2: f32[16, 32]{1, 16} = aten.permute.default(%1, [1, 0])
+//     %3: f32[8, 32] = aten.mm.default(%0, %2)
 //     %4: f32[8, 32] = aten.add.Tensor(%3, 1.0, alpha=1)
 //     %5: f32[8], %6: i64[8] = aten.max.dim(%4, 1)
 //     return (%4, %5)
+//
+// Op names are the full overload names as PyTorch prints an OpOverload: "aten.mm.default",
+// "aten.add.Tensor", "prims.convert_element_type.default".
 //
 // The printer numbers values by definition order (inputs first), so ids in the text are
 // dense even after dead-code elimination; the parser accepts any distinct ids.

@@ -75,7 +75,9 @@ struct ComputeNode {
   X(Mm, "mm")               /* out = a @ b, 2-d */                                     \
   X(Bmm, "bmm")             /* out = a @ b, 3-d batched */                             \
   X(Addmm, "addmm")         /* out = beta*bias + alpha*(a @ b) */                      \
-  X(Convolution, "convolution")                                                        \
+  X(Convolution, "convolution")     /* aten.convolution forward */                     \
+  X(IndexPut, "index_put")          /* out = copy of in0; out[indices] = / += values */ \
+  X(ScatterAdd, "scatter_add")      /* out = copy of in0; scatter-add along a dim */    \
   X(Fallback, "fallback")   /* an eager PyTorch op, by graph node position */
 
 enum class ExternKind : uint8_t {
@@ -93,9 +95,11 @@ struct ExternNode {
   // transposed, output_padding..., groups} as documented in lower/; unused otherwise.
   std::vector<double> scalars;
   std::vector<int64_t> ints;
-  // Fallback: the position of the graph node in Graph::nodes() and its op name, so the runtime
-  // can ask the host (PyTorch) to run it; inputs are the node's tensor inputs in
-  // Node::input_values() order, outputs its outputs.
+  // The position of the graph node in Graph::nodes() and its op name. Fallback nodes are run by
+  // the host (PyTorch) through this position; inputs are then the node's tensor inputs in
+  // Node::input_values() order and outputs its outputs. Library kernels (Mm, Convolution, ...)
+  // keep it too, so the runtime may run them through the host when that is faster (ATen's
+  // kernels) and through its own library path (OpenBLAS) without PyTorch.
   int graph_node = -1;
   std::string op;
 };
@@ -116,6 +120,9 @@ struct LoopProgram {
     int dim = 0;
   };
   std::vector<SizeSymbol> size_symbols;
+  // An Int64[2] buffer {seed, offset} that the runtime fills before every run, for Rand/Randn
+  // instructions (each run draws fresh numbers, like eager). -1 when the graph is not random.
+  BufferId rng_state = -1;
 
   const Buffer& buffer(BufferId id) const { return buffers.at(id); }
   BufferId add_buffer(Buffer b);  // assigns id and name; returns id

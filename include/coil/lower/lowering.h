@@ -1,0 +1,140 @@
+// The lowering framework: what one op's lowering sees and produces.
+//
+// During lowering every graph Value becomes a TensorValue. A TensorValue knows its dtype and
+// sizes and how to compute any element (`load`), given an index and the BodyBuilder of the
+// body being built. Calling an input's `load` from inside another value's `load` inlines the
+// producer into the consumer: pointwise chains and views cost nothing until something realizes
+// them. Realizing writes the value into a buffer through a pointwise ComputeNode; reductions
+// and extern kernels always produce realized buffers.
+//
+// Views are index remappings of `load`. When a value is exactly a strided window onto a
+// realized buffer's storage (inputs, realized buffers, and permute/expand/slice/select/
+// squeeze/unsqueeze/contiguous-view of those) `strided` says so, so extern kernels (BLAS) can
+// read it in place and graph outputs can alias without copies.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coil/graph/graph.h"
+#include "coil/loop/program.h"
+#include "coil/support/options.h"
+
+namespace coil::lower {
+
+using Loader =
+    std::function<loop::InstrId(loop::BodyBuilder& b, const std::vector<sym::Expr>& index)>;
+
+// A strided window onto a realized (non-View) buffer's storage.
+struct StridedRef {
+  loop::BufferId base = -1;
+  std::vector<sym::Expr> strides;
+  sym::Expr offset = nullptr;  // elements; nullptr = 0
+};
+
+struct TensorValue {
+  DType dtype = DType::Float32;
+  Device device = Device::CPU;
+  std::vector<sym::Expr> sizes;
+  Loader load;
+  std::optional<StridedRef> strided;
+  // Rough cost of inlining one element of this value (instructions), and how many distinct
+  // buffer loads it performs; the realize rule (realize.h) reads both.
+  int inline_cost = 0;
+  int inline_reads = 0;
+};
+
+class LoweringContext;
+
+// One op's lowering: inputs as TensorValues in Node::input_values() order are available via
+// ctx.input(node, k); it returns one TensorValue per node output.
+using LoweringFn = std::function<std::vector<TensorValue>(LoweringContext& ctx, const Node& node)>;
+
+class LoweringRegistry {
+ public:
+  void add(std::string op, LoweringFn fn);
+  const LoweringFn* find(std::string_view op) const;
+  std::vector<std::string> ops() const;  // sorted
+
+ private:
+  std::vector<std::pair<std::string, LoweringFn>> table_;  // sorted by op after build
+  friend const LoweringRegistry& lowering_registry();
+  void finish();
+};
+
+// Every lowering coil has. Built on first use from the per-family register functions
+// (no static constructors); immutable afterwards.
+const LoweringRegistry& lowering_registry();
+
+// Per-family registration, one per file under src/lower/.
+void register_pointwise_lowerings(LoweringRegistry& r);
+void register_view_lowerings(LoweringRegistry& r);
+void register_creation_lowerings(LoweringRegistry& r);
+void register_reduction_lowerings(LoweringRegistry& r);
+void register_index_lowerings(LoweringRegistry& r);
+void register_linalg_lowerings(LoweringRegistry& r);
+void register_pool_lowerings(LoweringRegistry& r);
+
+class LoweringContext {
+ public:
+  LoweringContext(const Graph& graph, const CompileOptions& options, loop::LoopProgram& program);
+
+  sym::Context& ctx() const;
+  const CompileOptions& options() const { return *options_; }
+  loop::LoopProgram& program() { return *program_; }
+  const Graph& graph() const { return *graph_; }
+
+  // The TensorValue of a graph Value (already lowered).
+  const TensorValue& value(const Value* v) const;
+  void set_value(const Value* v, TensorValue tv);
+  // Shorthand: the TensorValue of the Value in node.arg(i, name).
+  const TensorValue& arg_value(const Node& node, size_t i, std::string_view name = "") const;
+
+  // --- building values
+  TensorValue pointwise(DType dtype, std::vector<sym::Expr> sizes, Loader load, int cost = 1,
+                        int reads = 0);
+  // A realized reduction over `reduction_sizes`. `body` computes one input element from the
+  // output index (size of out_sizes, keepdim layout included) and the reduction index.
+  // ArgMax/ArgMin produce Int64 positions along the flattened reduction range.
+  using ReduceBody = std::function<loop::InstrId(loop::BodyBuilder& b,
+                                                 const std::vector<sym::Expr>& out_index,
+                                                 const std::vector<sym::Expr>& red_index)>;
+  TensorValue reduce(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
+                     std::vector<sym::Expr> reduction_sizes, ReduceBody body);
+  // Materializes `v` into a new contiguous Intermediate buffer (no-op if already realized).
+  TensorValue realize(const TensorValue& v);
+  // Ensures `v` is a strided window of a buffer (realizing it if not) and returns a View buffer
+  // describing it, for extern kernel inputs.
+  loop::BufferId as_buffer(const TensorValue& v);
+  // A TensorValue reading buffer `id` (with its layout; views included).
+  TensorValue from_buffer(loop::BufferId id);
+  // A new contiguous Intermediate buffer for extern outputs.
+  loop::BufferId new_buffer(DType dtype, std::vector<sym::Expr> sizes);
+  void add_extern(loop::ExternNode node);
+  // Fresh index symbols (i<N> / r<N>, unique within the program).
+  std::vector<sym::Expr> fresh_vars(size_t n, char prefix);
+  // The seed/offset state of the random instructions (creates the rng_state buffer).
+  loop::InstrId rng_seed(loop::BodyBuilder& b);
+
+ private:
+  const Graph* graph_;
+  const CompileOptions* options_;
+  loop::LoopProgram* program_;
+  std::vector<std::optional<TensorValue>> values_;  // by Value::id()
+  int next_var_ = 0;
+};
+
+// Small helpers shared by the family files.
+// Broadcast shapes per PyTorch's rules (CompileError when incompatible).
+std::vector<sym::Expr> broadcast_shapes(sym::Context& ctx, const std::vector<sym::Expr>& a,
+                                        const std::vector<sym::Expr>& b);
+// The index into a value of `sizes` for an element at `index` of the broadcast result.
+std::vector<sym::Expr> broadcast_index(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
+                                       const std::vector<sym::Expr>& index);
+// Normalizes a possibly negative dim against rank.
+int64_t normalize_dim(int64_t dim, int64_t rank);
+
+}  // namespace coil::lower
