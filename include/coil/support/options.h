@@ -23,7 +23,9 @@ namespace coil {
   X(std::string, cxx_flags, "-O3 -march=native", true)                                 \
   X(std::string, cache_dir, "", false)       /* kernel cache; "" = no disk cache */    \
   X(std::string, debug_dir, "", false)       /* "" = no debug dump */                  \
-  X(std::string, runtime_headers_dir, "", true) /* "" = the build's source tree */
+  X(std::string, runtime_headers_dir, "", true) /* "" = the build's source tree */  \
+  X(std::string, extern_provider, "auto", false) /* matmul/conv: auto|host|library */ \
+  X(int64_t, seed, -1, false) /* rand/randn base seed; -1: nondeterministic */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;
