@@ -1,0 +1,65 @@
+// Internal to src/sym: the state behind sym::Context and the helpers shared by its source files.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "coil/sym/expr.h"
+
+namespace coil::sym {
+
+// Total, deterministic order on expressions (never pointer values); see expr.cpp.
+int compare_expr(Expr a, Expr b);
+inline bool expr_less(Expr a, Expr b) { return compare_expr(a, b) < 0; }
+
+// One term of a sum: coef * mono. mono == nullptr means the constant term.
+struct Term {
+  int64_t coef;
+  Expr mono;
+};
+
+struct NodeHash {
+  size_t operator()(const ExprNode* n) const { return n->hash; }
+};
+struct NodeEq {
+  bool operator()(const ExprNode* a, const ExprNode* b) const {
+    return a->kind == b->kind && a->value == b->value && a->name == b->name &&
+           a->operands == b->operands;
+  }
+};
+
+struct Context::Impl {
+  Context* self = nullptr;
+  std::deque<ExprNode> nodes;
+  std::unordered_set<const ExprNode*, NodeHash, NodeEq> table;
+  std::unordered_map<std::string, Expr> symbols;
+  std::unordered_map<Expr, Range> ranges;
+  std::unordered_map<Expr, Range> bounds_cache;  // cleared whenever a range changes
+  Expr zero = nullptr;
+  Expr one = nullptr;
+
+  Expr intern(ExprKind kind, int64_t value, std::string_view name, std::vector<Expr> operands);
+  Expr constant(int64_t v) { return intern(ExprKind::Const, v, {}, {}); }
+  // coef * product(factors); factors need not be sorted; no Const in factors.
+  Expr make_term(int64_t coef, std::vector<Expr> factors);
+  Expr make_term(int64_t coef, Expr mono);
+  Term split_term(Expr t);
+  void append_terms(Expr e, int64_t scale, std::vector<Term>& out);
+  Expr build_sum(std::vector<Term> terms);
+  Expr build_product(std::vector<Expr> factors);
+  Expr multiply_monomials(Expr a, Expr b);
+  Range bounds(Expr e);
+  // Splits the terms of `a` into those divisible by coef_b*product(factors_b) (their quotients go
+  // to q) and the rest (r). Returns whether any term was divisible.
+  bool split_divisible(Expr a, int64_t coef_b, const std::vector<Expr>& factors_b,
+                       std::vector<Term>& q, std::vector<Term>& r);
+};
+
+// Factors of a monomial (Mul without its coefficient, or the expression itself); empty for Const.
+void factors_of(Expr e, std::vector<Expr>& out);
+int64_t coef_of(Expr e);
+
+}  // namespace coil::sym
