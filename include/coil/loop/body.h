@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "coil/graph/dtype.h"
@@ -51,6 +52,14 @@ enum class InstrKind : uint8_t {
   Cast,       // operand 0 converted to `dtype`
   Rand,       // uniform [0, 1) float from seed operand 0 (an Int64 value) and `expr` (offset)
   Randn,      // standard normal, same inputs as Rand
+  // Indirect (data-dependent) indexing, as Inductor's ops.indirect_indexing: binds the symbol
+  // in `expr` (a fresh symbol "t<N>" from LoweringContext::fresh_vars(1, 't')) to the value of
+  // operand 0 (an integer instruction), for the Load indices of later instructions of the same
+  // body. The result is that value as Int64. Lowerings wrap negative indices before it and set
+  // the symbol's range to the valid index range. A Load whose index depends on such a symbol
+  // reads a data-dependent location (dependency analysis must treat it as reading the whole
+  // buffer).
+  Indirect,
 #define COIL_BODY_OP_ENUM(name, arity, text) name,
   COIL_BODY_OPS(COIL_BODY_OP_ENUM)
 #undef COIL_BODY_OP_ENUM
@@ -67,7 +76,7 @@ struct Instr {
   BufferId buffer = -1;
   std::vector<sym::Expr> index;  // one expr per buffer dim
   InstrId mask = -1;             // Load: if >= 0 and false, no memory access; the value is 0
-  // IndexExpr / Rand offset
+  // IndexExpr / Rand offset / Indirect: the bound symbol
   sym::Expr expr = nullptr;
   // Constant: floats in `fvalue`, integers and bools in `ivalue`
   double fvalue = 0;
@@ -80,7 +89,11 @@ struct Body {
 };
 
 // Appends instructions to a Body, with common-subexpression elimination (an identical
-// instruction already present is returned instead of appended).
+// instruction already present is returned instead of appended). Instructions already in the
+// body when the builder is created take part in CSE too.
+//
+// Load's dtype is the loaded value's type after conversion: dtype_compute(buffer dtype), so a
+// load from an f16 buffer yields f32.
 class BodyBuilder {
  public:
   explicit BodyBuilder(Body& body) : body_(&body) {}
@@ -91,12 +104,17 @@ class BodyBuilder {
   InstrId cast(InstrId v, DType dtype);  // returns v when already of that dtype
   InstrId op(InstrKind kind, DType dtype, InstrId a, InstrId b = -1, InstrId c = -1);
   InstrId rand(InstrId seed, sym::Expr offset, bool normal);
+  // Binds `symbol` to integer value v (see InstrKind::Indirect); returns the Indirect instr.
+  InstrId indirect(InstrId v, sym::Expr symbol);
   DType dtype(InstrId v) const { return body_->instrs.at(v).dtype; }
   Body& body() { return *body_; }
 
  private:
   InstrId append(Instr instr);
+  void index_pending();
   Body* body_;
+  std::unordered_map<size_t, std::vector<InstrId>> cse_;  // instruction hash -> ids
+  size_t indexed_ = 0;                                   // instrs [0, indexed_) are in cse_
 };
 
 }  // namespace coil::loop

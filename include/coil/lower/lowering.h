@@ -104,8 +104,13 @@ class LoweringContext {
                                                  const std::vector<sym::Expr>& red_index)>;
   TensorValue reduce(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
                      std::vector<sym::Expr> reduction_sizes, ReduceBody body);
-  // Materializes `v` into a new contiguous Intermediate buffer (no-op if already realized).
+  // Materializes `v` into a new contiguous Intermediate buffer (no-op if already realized, i.e.
+  // `v.strided` is set). When `v` is (a reference to) the stored value of a graph Value, that
+  // Value's TensorValue is replaced by the realized one, so later users read the buffer.
   TensorValue realize(const TensorValue& v);
+  // Like realize, but always computes a new Intermediate buffer with the given strides (a
+  // dense layout, e.g. a graph output's strides).
+  TensorValue realize_with_strides(const TensorValue& v, std::vector<sym::Expr> strides);
   // Ensures `v` is a strided window of a buffer (realizing it if not) and returns a View buffer
   // describing it, for extern kernel inputs.
   loop::BufferId as_buffer(const TensorValue& v);
@@ -118,6 +123,9 @@ class LoweringContext {
   std::vector<sym::Expr> fresh_vars(size_t n, char prefix);
   // The seed/offset state of the random instructions (creates the rng_state buffer).
   loop::InstrId rng_seed(loop::BodyBuilder& b);
+  // A fresh base offset for `count` random numbers: random ops add their element's linear
+  // index to it, so two random ops of one graph never draw the same numbers.
+  sym::Expr reserve_rng_offsets(sym::Expr count);
 
  private:
   const Graph* graph_;
@@ -125,6 +133,7 @@ class LoweringContext {
   loop::LoopProgram* program_;
   std::vector<std::optional<TensorValue>> values_;  // by Value::id()
   int next_var_ = 0;
+  sym::Expr rng_offset_ = nullptr;
 };
 
 // Small helpers shared by the family files.

@@ -1,0 +1,38 @@
+// The realize-or-inline rule, in one place.
+//
+// A lowered value stays an inline loader (its consumers recompute it element by element) unless:
+//   - options.inline_pointwise is off (every computed value is realized), or
+//   - it is a graph output (realized right away, so later users read the buffer), or
+//   - it has several users and its inline_cost is above kReuseInlineCost, or
+//   - inlining it would read more than options.max_inline_reads buffers, or
+//   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
+//   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it).
+// Values that are strided windows of a buffer (inputs, realized buffers, views of them) are never
+// copied by this rule.
+#pragma once
+
+#include "coil/lower/lowering.h"
+
+namespace coil::lower {
+
+// A value with several users is realized when inlining it costs more than this many
+// instructions per element.
+inline constexpr int kReuseInlineCost = 8;
+// Any value whose inline body grows beyond this many instructions is realized.
+inline constexpr int kMaxInlineCost = 100;
+
+enum class RealizeReason { None, Output, Reuse, Reads, Cost, NoInline };
+
+// Why `v` (with `num_users` distinct consumer nodes) must be realized, or None.
+RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_output,
+                             const CompileOptions& options);
+
+// The strides to realize a value of `meta`'s shape with: meta's own strides when they are
+// constants forming a dense non-overlapping layout (e.g. channels-last or a transposed output of
+// the front end), else row-major strides.
+std::vector<sym::Expr> dense_strides_like(sym::Context& ctx, const TensorMeta& meta);
+
+// Applies the rule to every output of `node` (already lowered and stored in ctx).
+void apply_realize_rule(LoweringContext& ctx, const Node& node);
+
+}  // namespace coil::lower

@@ -1,0 +1,42 @@
+#include "coil/loop/program.h"
+
+#include <string>
+
+namespace coil::loop {
+
+std::string_view reduce_kind_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::None:
+      return "none";
+#define COIL_REDUCE_NAME(name, text) \
+  case ReduceKind::name:             \
+    return text;
+      COIL_REDUCE_KINDS(COIL_REDUCE_NAME)
+#undef COIL_REDUCE_NAME
+  }
+  return "?";
+}
+
+std::string_view extern_kind_name(ExternKind k) {
+  switch (k) {
+#define COIL_EXTERN_NAME(name, text) \
+  case ExternKind::name:             \
+    return text;
+    COIL_EXTERN_KINDS(COIL_EXTERN_NAME)
+#undef COIL_EXTERN_NAME
+  }
+  return "?";
+}
+
+BufferId LoopProgram::add_buffer(Buffer b) {
+  b.id = static_cast<BufferId>(buffers.size());
+  if (b.kind == BufferKind::Input) {
+    b.name = "in" + std::to_string(b.input_index);
+  } else {
+    b.name = "buf" + std::to_string(b.id);
+  }
+  buffers.push_back(std::move(b));
+  return buffers.back().id;
+}
+
+}  // namespace coil::loop

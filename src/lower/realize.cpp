@@ -1,0 +1,74 @@
+#include "coil/lower/realize.h"
+
+#include <algorithm>
+
+#include "coil/graph/tensor_meta.h"
+
+namespace coil::lower {
+
+RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_output,
+                             const CompileOptions& options) {
+  if (v.strided) return RealizeReason::None;  // already a window onto storage
+  if (is_graph_output) return RealizeReason::Output;
+  if (num_users == 0) return RealizeReason::None;  // dead (or only a graph output)
+  if (!options.inline_pointwise) return RealizeReason::NoInline;
+  if (v.inline_reads > options.max_inline_reads) return RealizeReason::Reads;
+  if (v.inline_cost > kMaxInlineCost) return RealizeReason::Cost;
+  if (num_users > 1 && v.inline_cost > kReuseInlineCost) return RealizeReason::Reuse;
+  return RealizeReason::None;
+}
+
+std::vector<sym::Expr> dense_strides_like(sym::Context& ctx, const TensorMeta& meta) {
+  std::vector<sym::Expr> contiguous = contiguous_strides(ctx, meta.sizes);
+  size_t n = meta.sizes.size();
+  if (meta.strides.size() != n) return contiguous;
+  std::vector<int64_t> sizes(n), strides(n);
+  for (size_t k = 0; k < n; ++k) {
+    auto sz = ctx.as_const(meta.sizes[k]);
+    auto st = ctx.as_const(meta.strides[k]);
+    if (!sz || !st || *st < 0) return contiguous;
+    sizes[k] = *sz;
+    strides[k] = *st;
+  }
+  // Dims of size 1 may have any stride; the others, sorted by stride, must nest exactly.
+  std::vector<size_t> order;
+  for (size_t k = 0; k < n; ++k) {
+    if (sizes[k] == 0) return contiguous;
+    if (sizes[k] != 1) order.push_back(k);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (size_t k : order) {
+    if (strides[k] != expected) return contiguous;
+    expected *= sizes[k];
+  }
+  std::vector<sym::Expr> out(n);
+  for (size_t k = 0; k < n; ++k) {
+    out[k] = sizes[k] == 1 ? contiguous[k] : ctx.constant(strides[k]);
+  }
+  return out;
+}
+
+void apply_realize_rule(LoweringContext& ctx, const Node& node) {
+  const auto& outs = ctx.graph().outputs();
+  for (const Value* out : node.outputs()) {
+    std::vector<const Node*> users(out->users().begin(), out->users().end());
+    std::sort(users.begin(), users.end());
+    int distinct = static_cast<int>(std::unique(users.begin(), users.end()) - users.begin());
+    bool is_output = std::find(outs.begin(), outs.end(), out) != outs.end();
+    // Graph outputs are realized at the end of lowering (with the output's layout); here only
+    // when something else reads them too, so that the users read the buffer.
+    if (is_output && distinct == 0) continue;
+    const TensorValue& tv = ctx.value(out);
+    if (realize_reason(tv, distinct, is_output, ctx.options()) != RealizeReason::None) {
+      if (is_output) {
+        ctx.realize_with_strides(tv, dense_strides_like(ctx.ctx(), out->meta()));
+      } else {
+        ctx.realize(tv);  // replaces the stored value
+      }
+    }
+  }
+}
+
+}  // namespace coil::lower
