@@ -1,0 +1,371 @@
+// Greedy fusion of ComputeNodes into kernels (see schedule.h for the kernel model).
+//
+// Steps are visited in program order. A ComputeNode first tries to join a kernel that produces
+// one of its inputs (vertical), best saving first, then a kernel with the same outer iteration
+// space that reads one of its inputs (horizontal); otherwise it starts a kernel. Every decision
+// is logged.
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "coil/support/error.h"
+#include "sched_internal.h"
+
+namespace coil::sched::detail {
+namespace {
+
+using loop::BufferId;
+using loop::ComputeNode;
+
+struct Group {
+  bool is_kernel = true;
+  std::vector<int> steps;
+  std::vector<sym::Expr> outer;
+  std::string name;
+};
+
+class Fuser {
+ public:
+  Fuser(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
+        const CompileOptions& options)
+      : p_(p), ctx_(*p.ctx), deps_(deps), options_(options) {
+    producer_ = buffer_producers(p, deps);
+    step_group_.assign(p.steps.size(), -1);
+  }
+
+  void run(Schedule& out) {
+    for (size_t s = 0; s < p_.steps.size(); ++s) {
+      if (const auto* n = std::get_if<ComputeNode>(&p_.steps[s])) {
+        place_node(static_cast<int>(s), *n);
+      } else {
+        const auto& e = std::get<loop::ExternNode>(p_.steps[s]);
+        Group g;
+        g.is_kernel = false;
+        g.steps = {static_cast<int>(s)};
+        g.name = "extern " + std::string(loop::extern_kind_name(e.kind)) + " (step " +
+                 std::to_string(s) + ")";
+        add_group(std::move(g));
+      }
+    }
+    // Kernels in creation order.
+    std::vector<int> kernel_of_group(groups_.size(), -1);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (!groups_[g].is_kernel) continue;
+      kernel_of_group[g] = static_cast<int>(out.kernels.size());
+      KernelPlan k;
+      k.name = groups_[g].name;
+      k.steps = groups_[g].steps;
+      k.outer_ranges = groups_[g].outer;
+      out.kernels.push_back(std::move(k));
+    }
+    // Execution order: topological over group dependencies, earliest first step first.
+    size_t n = groups_.size();
+    std::vector<std::set<int>> gdeps(n);
+    std::vector<int> indeg(n, 0);
+    std::vector<std::vector<int>> users(n);
+    for (size_t g = 0; g < n; ++g) {
+      gdeps[g] = group_deps(static_cast<int>(g));
+      indeg[g] = static_cast<int>(gdeps[g].size());
+      for (int d : gdeps[g]) users[d].push_back(static_cast<int>(g));
+    }
+    std::set<std::pair<int, int>> ready;  // (first step, group)
+    for (size_t g = 0; g < n; ++g) {
+      if (indeg[g] == 0) ready.insert({groups_[g].steps.front(), static_cast<int>(g)});
+    }
+    while (!ready.empty()) {
+      int g = ready.begin()->second;
+      ready.erase(ready.begin());
+      if (groups_[g].is_kernel) {
+        out.order.push_back({ScheduledStep::Kind::Kernel, kernel_of_group[g]});
+      } else {
+        out.order.push_back({ScheduledStep::Kind::Extern, groups_[g].steps.front()});
+      }
+      for (int u : users[g]) {
+        if (--indeg[u] == 0) ready.insert({groups_[u].steps.front(), u});
+      }
+    }
+    COIL_CHECK(out.order.size() == n) << "cycle among scheduled groups";
+    out.fusion_log = log_.str();
+  }
+
+ private:
+  int add_group(Group g) {
+    int id = static_cast<int>(groups_.size());
+    for (int s : g.steps) step_group_[s] = id;
+    groups_.push_back(std::move(g));
+    return id;
+  }
+
+  const std::string& out_name(int step) const {
+    return p_.buffer(std::get<ComputeNode>(p_.steps[step]).out).name;
+  }
+
+  // Groups whose outputs group g reads (excluding g).
+  std::set<int> group_deps(int g) const {
+    std::set<int> out;
+    for (int s : groups_[g].steps) {
+      for (BufferId r : deps_[s].read_roots) {
+        int ps = producer_[r];
+        if (ps < 0) continue;
+        int pg = step_group_[ps];
+        if (pg >= 0 && pg != g) out.insert(pg);
+      }
+    }
+    return out;
+  }
+
+  std::set<int> ancestors_of_groups(const std::set<int>& start) const {
+    std::set<int> seen;
+    std::vector<int> stack(start.begin(), start.end());
+    while (!stack.empty()) {
+      int g = stack.back();
+      stack.pop_back();
+      if (!seen.insert(g).second) continue;
+      for (int d : group_deps(g)) stack.push_back(d);
+    }
+    return seen;
+  }
+
+  // Groups producing the buffers step s reads.
+  std::set<int> step_producer_groups(int s) const {
+    std::set<int> out;
+    for (BufferId r : deps_[s].read_roots) {
+      int ps = producer_[r];
+      if (ps >= 0 && step_group_[ps] >= 0) out.insert(step_group_[ps]);
+    }
+    return out;
+  }
+
+  bool ranges_eq(sym::Expr a, sym::Expr b) const { return a == b || ctx_.provably_eq(a, b); }
+
+  // Node fits a kernel with outer ranges `outer`.
+  bool compatible(const std::vector<sym::Expr>& outer, const ComputeNode& n) const {
+    if (n.is_reduction() ? n.ranges.size() != outer.size() : n.ranges.size() < outer.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < outer.size(); ++i) {
+      if (!ranges_eq(outer[i], n.ranges[i])) return false;
+    }
+    return true;
+  }
+
+  std::optional<std::vector<sym::Expr>> merged_outer(const Group& g, const ComputeNode& n) const {
+    if (compatible(g.outer, n)) return g.outer;
+    // The node's ranges may be a shorter prefix: the kernel's outer space shrinks to them.
+    if (n.ranges.size() < g.outer.size()) {
+      std::vector<sym::Expr> o = n.ranges;
+      for (size_t i = 0; i < o.size(); ++i) {
+        if (!ranges_eq(o[i], g.outer[i])) return std::nullopt;
+      }
+      for (int s : g.steps) {
+        if (!compatible(o, std::get<ComputeNode>(p_.steps[s]))) return std::nullopt;
+      }
+      return o;
+    }
+    return std::nullopt;
+  }
+
+  std::string index_str(const std::vector<sym::Expr>& index) const {
+    return ranges_str(ctx_, index);
+  }
+
+  // Why node s cannot join group g; empty if it can. Sets *outer to the kernel's new outer.
+  std::string check(int s, const ComputeNode& n, int g, std::vector<sym::Expr>* outer) {
+    const Group& grp = groups_[g];
+    auto o = merged_outer(grp, n);
+    if (!o) {
+      return "outer ranges " + ranges_str(ctx_, grp.outer) + " vs " + ranges_str(ctx_, n.ranges);
+    }
+    // Cycle: a group that n depends on depends (transitively) on g.
+    std::set<int> anc = ancestors_of_groups(step_producer_groups(s));
+    for (int a : anc) {
+      if (a == g) continue;
+      std::set<int> aa = ancestors_of_groups(group_deps(a));
+      if (aa.count(g)) return "would create a cycle through " + groups_[a].name;
+    }
+    // Reads of buffers produced inside the kernel must be at the same outer point.
+    for (const Read& r : deps_[s].reads) {
+      BufferId root = storage_root(p_, r.buffer);
+      int ps = producer_[root];
+      if (ps < 0 || step_group_[ps] != g) continue;
+      if (root != r.buffer) {
+        return "reads " + p_.buffer(root).name + " through view " + p_.buffer(r.buffer).name;
+      }
+      const auto& prod = std::get<ComputeNode>(p_.steps[ps]);
+      std::vector<int> dims = outer_store_dims(prod, o->size());
+      if (dims.empty() && !o->empty()) {
+        return p_.buffer(root).name + " is not stored along the outer dims";
+      }
+      for (size_t j = 0; j < o->size(); ++j) {
+        if (r.load->index.at(dims[j]) != n.index_vars.at(j)) {
+          return "reads " + p_.buffer(root).name + index_str(r.load->index) +
+                 ", not at the kernel's outer point";
+        }
+      }
+    }
+    *outer = *o;
+    return "";
+  }
+
+  static const char* kind(const ComputeNode& n) {
+    return n.is_reduction() ? "reduction" : "pointwise";
+  }
+
+  void place_node(int s, const ComputeNode& n) {
+    const std::string& name = out_name(s);
+    if (options_.fuse) {
+      // Vertical candidates: kernels producing what n reads, with the bytes n reads from them.
+      struct Cand {
+        int group;
+        sym::Expr bytes;
+        int64_t hint;
+        int producer_step;
+        int64_t max_single = 0;
+      };
+      std::vector<Cand> vertical, horizontal;
+      for (BufferId r : deps_[s].read_roots) {
+        int ps = producer_[r];
+        if (ps < 0 || !groups_[step_group_[ps]].is_kernel) continue;
+        int g = step_group_[ps];
+        sym::Expr b = buffer_bytes(p_, p_.buffer(r));
+        auto it = std::find_if(vertical.begin(), vertical.end(),
+                               [&](const Cand& c) { return c.group == g; });
+        int64_t h = size_hint(ctx_, b);
+        if (it == vertical.end()) {
+          vertical.push_back({g, b, h, ps, h});
+        } else {
+          it->bytes = ctx_.add(it->bytes, b);
+          it->hint = size_hint(ctx_, it->bytes);
+          if (h > it->max_single) {
+            it->max_single = h;
+            it->producer_step = ps;
+          }
+        }
+      }
+      // Horizontal candidates: other kernels reading one of n's inputs.
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        if (!groups_[g].is_kernel) continue;
+        if (std::any_of(vertical.begin(), vertical.end(),
+                        [&](const Cand& c) { return c.group == static_cast<int>(g); })) {
+          continue;
+        }
+        sym::Expr shared = nullptr;
+        for (BufferId r : deps_[s].read_roots) {
+          bool used = false;
+          for (int ms : groups_[g].steps) {
+            const auto& rr = deps_[ms].read_roots;
+            used = used || std::find(rr.begin(), rr.end(), r) != rr.end();
+          }
+          if (!used) continue;
+          sym::Expr b = buffer_bytes(p_, p_.buffer(r));
+          shared = shared ? ctx_.add(shared, b) : b;
+        }
+        if (shared) {
+          horizontal.push_back(
+              {static_cast<int>(g), shared, size_hint(ctx_, shared), groups_[g].steps.back(), 0});
+        }
+      }
+      auto by_score = [](const Cand& a, const Cand& b) {
+        return a.hint != b.hint ? a.hint > b.hint : a.group > b.group;
+      };
+      std::stable_sort(vertical.begin(), vertical.end(), by_score);
+      std::stable_sort(horizontal.begin(), horizontal.end(), by_score);
+      for (int pass = 0; pass < 2; ++pass) {
+        const bool vert = pass == 0;
+        for (const Cand& c : vert ? vertical : horizontal) {
+          std::vector<sym::Expr> outer;
+          std::string why = check(s, n, c.group, &outer);
+          Group& g = groups_[c.group];
+          if (!why.empty()) {
+            log_ << "not fused " << name << " into " << g.name << ": " << why << "\n";
+            continue;
+          }
+          const auto& prod = std::get<ComputeNode>(p_.steps[c.producer_step]);
+          log_ << "fused " << name << " into " << g.name << " ("
+               << (vert ? "vertical, " : "horizontal, ") << kind(prod) << "+" << kind(n)
+               << (vert ? ", saves " : ", shares ") << ctx_.str(c.bytes) << " bytes)\n";
+          g.outer = outer;
+          g.steps.push_back(s);
+          step_group_[s] = c.group;
+          return;
+        }
+      }
+    }
+    Group g;
+    g.steps = {s};
+    g.outer = n.ranges;
+    g.name = "kernel" + std::to_string(num_kernels_++);
+    log_ << name << " starts " << g.name << " over " << ranges_str(ctx_, g.outer)
+         << (options_.fuse ? "" : " (fusion disabled)") << "\n";
+    add_group(std::move(g));
+  }
+
+  const loop::LoopProgram& p_;
+  sym::Context& ctx_;
+  const std::vector<StepDeps>& deps_;
+  const CompileOptions& options_;
+  std::vector<int> producer_;
+  std::vector<int> step_group_;
+  std::vector<Group> groups_;
+  int num_kernels_ = 0;
+  std::ostringstream log_;
+};
+
+}  // namespace
+
+void fuse_program(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
+                  const CompileOptions& options, Schedule& out) {
+  Fuser(p, deps, options).run(out);
+}
+
+void find_locals(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s) {
+  std::vector<int> kernel_of_step(p.steps.size(), -1);
+  for (size_t k = 0; k < s.kernels.size(); ++k) {
+    for (int st : s.kernels[k].steps) kernel_of_step[st] = static_cast<int>(k);
+  }
+  std::vector<bool> is_output(p.buffers.size(), false);
+  for (BufferId o : p.outputs) is_output[storage_root(p, o)] = true;
+  // Buffers that some View aliases (used or not) stay materialized.
+  std::vector<bool> has_view(p.buffers.size(), false);
+  for (const loop::Buffer& b : p.buffers) {
+    if (b.kind == loop::BufferKind::View) has_view[storage_root(p, b.id)] = true;
+  }
+  for (size_t k = 0; k < s.kernels.size(); ++k) {
+    KernelPlan& kp = s.kernels[k];
+    for (int st : kp.steps) {
+      const auto& n = std::get<ComputeNode>(p.steps[st]);
+      BufferId b = n.out;
+      if (is_output[b] || has_view[b] || p.buffer(b).kind != loop::BufferKind::Intermediate) {
+        continue;
+      }
+      // One element per outer point: the node has no inner pointwise dims.
+      if (n.ranges.size() != kp.outer_ranges.size()) continue;
+      std::vector<int> dims = outer_store_dims(n, n.ranges.size());
+      if (dims.size() != n.ranges.size()) continue;
+      bool other_dims_unit = true;
+      for (size_t d = 0; d < p.buffer(b).sizes.size(); ++d) {
+        if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) != dims.end()) continue;
+        other_dims_unit = other_dims_unit && p.ctx->as_const(p.buffer(b).sizes[d]) == 1;
+      }
+      if (!other_dims_unit) continue;
+      bool ok = true;
+      bool read = false;
+      for (size_t t = 0; t < p.steps.size() && ok; ++t) {
+        for (const Read& r : deps[t].reads) {
+          if (storage_root(p, r.buffer) != b) continue;
+          read = true;
+          // Readers are later members of this kernel (fusion checked the outer point).
+          if (kernel_of_step[t] != static_cast<int>(k) || r.buffer != b ||
+              static_cast<int>(t) <= st) {
+            ok = false;
+          }
+        }
+      }
+      if (ok && read) kp.local_buffers.push_back(b);
+    }
+  }
+}
+
+}  // namespace coil::sched::detail

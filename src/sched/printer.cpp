@@ -1,0 +1,78 @@
+// print_schedule: deterministic text of a Schedule.
+//
+//   alloc storage0: 512 bytes
+//   kernel0 over [8]:
+//     step0 buf1 = reduce max [8] over [16] (local)
+//     step2 buf3 = pointwise [8, 16] -> storage0
+//   extern mm (step3): buf3, in1 -> buf4 -> storage1
+//   free storage0
+//   outputs: buf4
+#include <algorithm>
+#include <sstream>
+
+#include "coil/sched/schedule.h"
+#include "sched_internal.h"
+
+namespace coil::sched {
+
+std::string print_schedule(const loop::LoopProgram& program, const Schedule& schedule) {
+  const sym::Context& ctx = *program.ctx;
+  const MemoryPlan& m = schedule.memory;
+  std::ostringstream os;
+  auto where = [&](loop::BufferId b) -> std::string {
+    if (b < static_cast<int>(m.buffer_storage.size()) && m.buffer_storage[b] >= 0) {
+      return " -> storage" + std::to_string(m.buffer_storage[b]);
+    }
+    return "";
+  };
+  for (size_t t = 0; t < schedule.order.size(); ++t) {
+    if (t < m.alloc_before.size()) {
+      for (int sid : m.alloc_before[t]) {
+        os << "alloc storage" << sid << ": " << ctx.str(m.storage_bytes.at(sid)) << " bytes\n";
+      }
+    }
+    const ScheduledStep& ss = schedule.order[t];
+    if (ss.kind == ScheduledStep::Kind::Kernel) {
+      const KernelPlan& k = schedule.kernels.at(ss.index);
+      os << k.name << " over " << detail::ranges_str(ctx, k.outer_ranges) << ":\n";
+      for (int st : k.steps) {
+        const auto& n = std::get<loop::ComputeNode>(program.steps.at(st));
+        os << "  step" << st << " " << program.buffer(n.out).name << " = ";
+        if (n.is_reduction()) {
+          os << "reduce " << loop::reduce_kind_name(n.reduce) << " "
+             << detail::ranges_str(ctx, n.ranges) << " over "
+             << detail::ranges_str(ctx, n.reduction_ranges);
+        } else {
+          os << "pointwise " << detail::ranges_str(ctx, n.ranges);
+        }
+        bool local = std::find(k.local_buffers.begin(), k.local_buffers.end(), n.out) !=
+                     k.local_buffers.end();
+        os << (local ? " (local)" : where(n.out)) << "\n";
+      }
+    } else {
+      const auto& e = std::get<loop::ExternNode>(program.steps.at(ss.index));
+      os << "extern " << loop::extern_kind_name(e.kind);
+      if (!e.op.empty()) os << " " << e.op;
+      os << " (step" << ss.index << "):";
+      for (size_t i = 0; i < e.inputs.size(); ++i) {
+        os << (i ? ", " : " ") << program.buffer(e.inputs[i]).name;
+      }
+      os << " ->";
+      for (size_t i = 0; i < e.outputs.size(); ++i) {
+        os << (i ? ", " : " ") << program.buffer(e.outputs[i]).name << where(e.outputs[i]);
+      }
+      os << "\n";
+    }
+    if (t < m.free_after.size()) {
+      for (int sid : m.free_after[t]) os << "free storage" << sid << "\n";
+    }
+  }
+  os << "outputs:";
+  for (size_t i = 0; i < program.outputs.size(); ++i) {
+    os << (i ? ", " : " ") << program.buffer(program.outputs[i]).name;
+  }
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace coil::sched
