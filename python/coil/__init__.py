@@ -1,0 +1,32 @@
+"""coil: a PyTorch deep-learning compiler with a C++ core.
+
+Use it through TorchDynamo:  torch.compile(model, backend="coil").
+The compiled extension is `coil._coil` (see docs/python-binding.md); this package is the
+glue: FX graph export, decompositions, options, fallbacks and debug dumps.
+"""
+
+from __future__ import annotations
+
+from .backend import coil_backend, report, reset_report
+from .decompositions import coil_decompositions
+
+__all__ = ["coil_backend", "coil_decompositions", "report", "reset_report"]
+__version__ = "0.1.0"
+
+
+def _register() -> None:
+    # The pyproject entry point registers "coil" for installed packages; in a development tree
+    # (PYTHONPATH=python) register it here. Both paths resolve to the same function.
+    try:
+        from torch._dynamo.backends import registry
+    except Exception:  # pragma: no cover - torch without dynamo
+        return
+    if "coil" in registry._COMPILER_FNS:
+        return
+    try:
+        registry.register_backend(coil_backend, name="coil")
+    except AssertionError:  # registered concurrently / by the entry point
+        pass
+
+
+_register()

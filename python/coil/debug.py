@@ -1,0 +1,67 @@
+"""Debug dumps: with debug on (COIL_DEBUG=1 or options {"debug": True}) every compiled graph
+gets a folder under the debug dir:
+
+  00_fx_graph.py       the ATen FX graph's Python code (gm.code)
+  01_graph.txt         coil graph text handed to C++
+  02_loop_program.txt  loop IR after lowering           (CompiledGraph.artifacts)
+  03_schedule.txt      kernels after fusion, memory plan
+  04_fusion_log.txt    fusion decisions
+  05_kernels.cpp       generated source
+  06_compiler.log      host compiler command and output
+  timings.json         stage -> seconds (plus the Python-side export time)
+  fallbacks.txt        ops run eagerly; or why the whole graph fell back
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+_counter = itertools.count()
+
+
+class GraphDump:
+    """Writes one graph's folder; every method is a no-op when disabled."""
+
+    def __init__(self, enabled: bool, root: str, name: str):
+        self.dir: Path | None = None
+        if enabled:
+            self.dir = Path(root) / f"{next(_counter):03d}_{name}_pid{os.getpid()}"
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def write(self, filename: str, text: str) -> None:
+        if self.dir is not None:
+            (self.dir / filename).write_text(text)
+
+    def fx_graph(self, gm) -> None:
+        if self.dir is not None:
+            self.write("00_fx_graph.py", gm.code)
+
+    def graph_text(self, text: str) -> None:
+        self.write("01_graph.txt", text)
+
+    def artifacts(self, art: dict[str, Any], python_timings: dict[str, float]) -> None:
+        if self.dir is None:
+            return
+        self.write("02_loop_program.txt", str(art.get("loop_program", "")))
+        self.write("03_schedule.txt", str(art.get("schedule", "")))
+        self.write("04_fusion_log.txt", str(art.get("fusion_log", "")))
+        self.write("05_kernels.cpp", str(art.get("source", "")))
+        self.write(
+            "06_compiler.log",
+            f"$ {art.get('compiler_command', '')}\n{art.get('compiler_log', '')}",
+        )
+        timings = dict(python_timings)
+        for stage, secs in art.get("timings", []) or []:
+            timings[str(stage)] = float(secs)
+        timings["num_kernels"] = art.get("num_kernels", 0)
+        timings["cache_hit"] = bool(art.get("cache_hit", False))
+        self.write("timings.json", json.dumps(timings, indent=2) + "\n")
+        ops = list(art.get("fallback_ops", []) or [])
+        self.write("fallbacks.txt", "".join(f"{op}\n" for op in ops))
+
+    def graph_fallback(self, reason: str) -> None:
+        self.write("fallbacks.txt", f"whole graph ran eagerly: {reason}\n")

@@ -1,0 +1,221 @@
+"""coil's decomposition table (applied by AOTAutograd while it traces ATen graphs).
+
+The choice: coil's C++ lowers a *primitive set* (docs/primitive-ops.md lists what the model
+set produces), and everything composite is decomposed here, in Python, by PyTorch's own
+reference decompositions (torch._decomp), so that C++ sees few op kinds:
+
+  kept (lowered by C++, NOT in this table):
+    pointwise math and comparisons, where, clamp, relu, gelu / gelu_backward,
+    sigmoid_backward / tanh_backward / threshold_backward (one pointwise body each; the
+    decompositions would only add nodes), prims.convert_element_type, _to_copy;
+    creation: full, scalar_tensor, arange/iota, empty;
+    reductions: sum, mean, amax, amin, max.dim, argmax, argmin, var_mean.correction, prod,
+    any, all (mean and var_mean are kept: a reduction node is easier to fuse than its
+    decomposition, and layer/batch norm decompose *into* var_mean);
+    views: view, _unsafe_view, permute, expand, squeeze, unsqueeze, slice, select, as_strided;
+    cat, constant_pad_nd, embedding, index.Tensor, gather, index_select, index_put,
+    scatter_add; mm / bmm / addmm (extern GEMM with a bias epilogue), convolution,
+    convolution_backward (extern), max_pool2d_with_indices (+backward), avg_pool2d
+    (+backward), _adaptive_avg_pool2d; rand_like / bernoulli (dropout's randomness).
+
+  decomposed (this table): softmax / log_softmax and their backward, layer / batch / group
+    norm (all training and inference variants) and their backward, silu / hardswish /
+    hardsigmoid / hardtanh / leaky_relu / elu / softplus / mish (+ backward), the losses
+    (mse, nll, smooth_l1, huber, binary cross entropy), native_dropout (+backward),
+    embedding_dense_backward (-> index_put with accumulate), addcmul / addcdiv / lerp, t /
+    transpose (-> permute), baddbmm, split / split_with_sizes / unbind (-> slice/select),
+    clone / copy (-> _to_copy), detach / alias (-> view), lift_fresh_copy, the *_like and
+    new_* creation ops (-> full / empty), rsub, stack, flip, var / std (-> var_mean), logsumexp,
+    clamp_min / clamp_max, select_backward / slice_backward, _reshape_alias,
+    _unsafe_index (-> index), tril / triu, mv / dot.
+
+Ops that are neither lowered by C++ nor decomposed run through the per-op fallback (the
+eager kernel), so a missing entry costs speed, never correctness.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+# OpOverloadPackets (all overloads) or single OpOverloads to decompose.
+_DECOMPOSE = [
+    # softmax family
+    aten._softmax,
+    aten._log_softmax,
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    aten.logsumexp,
+    # normalization
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.native_batch_norm,
+    aten.native_batch_norm_backward,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit_functional,
+    aten._batch_norm_with_update,
+    aten._batch_norm_with_update_functional,
+    aten._batch_norm_no_update,
+    aten.batch_norm_backward,
+    aten.native_group_norm,
+    aten.native_group_norm_backward,
+    aten.var,
+    aten.std,
+    # activations (and their backward)
+    aten.silu,
+    aten.silu_backward,
+    aten.hardswish,
+    aten.hardswish_backward,
+    aten.hardsigmoid,
+    aten.hardsigmoid_backward,
+    aten.hardtanh,
+    aten.hardtanh_backward,
+    aten.leaky_relu,
+    aten.leaky_relu_backward,
+    aten.elu,
+    aten.elu_backward,
+    aten.softplus,
+    aten.softplus_backward,
+    aten.mish,
+    aten.log_sigmoid_forward,
+    aten.log_sigmoid_backward,
+    aten.clamp_min,
+    aten.clamp_max,
+    # losses
+    aten.mse_loss,
+    aten.mse_loss_backward,
+    aten.nll_loss_forward,
+    aten.nll_loss_backward,
+    aten.smooth_l1_loss,
+    aten.smooth_l1_loss_backward,
+    aten.huber_loss,
+    aten.huber_loss_backward,
+    aten.binary_cross_entropy,
+    aten.binary_cross_entropy_backward,
+    aten.binary_cross_entropy_with_logits,
+    # dropout
+    aten.native_dropout,
+    aten.native_dropout_backward,
+    # embedding / indexing backward
+    aten.embedding_dense_backward,
+    aten.select_backward,
+    aten.slice_backward,
+    aten._unsafe_index,
+    aten._unsafe_masked_index,
+    aten._unsafe_masked_index_put_accumulate,
+    aten.slice_scatter,
+    aten.select_scatter,
+    # pointwise composites
+    aten.addcmul,
+    aten.addcdiv,
+    aten.lerp,
+    aten.rsub,
+    aten.tril,
+    aten.triu,
+    aten.masked_fill,
+    # linear algebra composites
+    aten.t,
+    aten.transpose.int,
+    aten.baddbmm,
+    aten.mv,
+    aten.dot,
+    # views / shape composites
+    # split.Tensor / split_with_sizes: see _coil_overrides (-> slice)
+    aten.unbind,
+    aten.stack,
+    aten.flip,
+    aten._reshape_alias,
+    # copies and aliases: see _coil_overrides below
+    aten.lift_fresh_copy,
+    # creation composites
+    aten.zeros_like,
+    aten.ones_like,
+    aten.empty_like,
+    aten.full_like,
+    aten.new_zeros,
+    aten.new_ones,
+    aten.new_full,
+    aten.new_empty,
+    aten.zero,
+    aten.fill,
+    aten.ones,
+    aten.zeros,
+]
+
+
+def _coil_overrides() -> dict:
+    """Decompositions of coil's own, where PyTorch's reference ones would produce prims.* ops
+    (prims.view_of, prims.clone) that are not in coil's primitive set."""
+
+    def alias(x):
+        # A view with the same sizes is an alias (same storage, strides, offset).
+        return aten.view.default(x, list(x.shape))
+
+    def clone(x, *, memory_format=None):
+        # _to_copy is a primitive; with no dtype/device it is a clone.
+        if memory_format is None:
+            return aten._to_copy.default(x)
+        return aten._to_copy.default(x, memory_format=memory_format)
+
+    def copy(self, src, non_blocking=False):
+        # Functional copy: src broadcast to self's shape, in self's dtype; strides like clone.
+        out = src
+        if out.dtype != self.dtype or out.device != self.device:
+            out = aten._to_copy.default(out, dtype=self.dtype, device=self.device)
+        if list(out.shape) != list(self.shape):
+            out = aten.expand.default(out, list(self.shape))
+        return aten._to_copy.default(out, memory_format=torch.preserve_format)
+
+    def full_like(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+                  memory_format=None):
+        # -> full when the result is contiguous; otherwise keep full_like (strided result).
+        mf = memory_format or torch.preserve_format
+        if not (mf == torch.contiguous_format or x.is_contiguous()):
+            return NotImplemented
+        return aten.full.default(list(x.shape), fill_value, dtype=dtype or x.dtype,
+                                 layout=layout or x.layout, device=device or x.device,
+                                 pin_memory=pin_memory)
+
+    def split_with_sizes(x, split_sizes, dim=0):
+        dim = dim % max(x.dim(), 1)
+        out, start = [], 0
+        for n in split_sizes:
+            out.append(aten.slice.Tensor(x, dim, start, start + n))
+            start += n
+        return out
+
+    def split(x, split_size, dim=0):
+        dim = dim % max(x.dim(), 1)
+        size = x.shape[dim]
+        if split_size == 0:
+            return NotImplemented
+        sizes = [min(split_size, size - i) for i in range(0, size, split_size)] or [0]
+        return split_with_sizes(x, sizes, dim)
+
+    return {
+        aten.split.Tensor: split,
+        aten.split_with_sizes.default: split_with_sizes,
+        aten.full_like.default: full_like,
+        aten.alias.default: alias,
+        aten.detach.default: alias,
+        aten.clone.default: clone,
+        aten.copy.default: copy,
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    table = dict(get_decompositions(_DECOMPOSE))
+    table.update(_coil_overrides())
+    return table
+
+
+def coil_decompositions() -> dict[torch._ops.OpOverload, Callable]:
+    """The table to pass as `decompositions=` to AOTAutograd (a fresh dict each call)."""
+    return dict(_table())

@@ -1,0 +1,577 @@
+"""FX GraphModule (ATen level, from AOTAutograd) -> coil graph text.
+
+The text format is specified in include/coil/graph/graph.h; this module emits exactly what the
+C++ printer prints, so `_coil.parse_and_print(text) == text`:
+
+  graph(%0: f32[8, 16], %1: f32[32, 16]):
+    %2: f32[16, 32]{1, 16} = aten.permute.default(%1, [1, 0])
+    %3: f32[8], %4: i64[8] = aten.max.dim(%2, 1)
+    return (%2, %3)
+
+Mapping:
+  * tensor placeholders -> graph inputs, in order; get_attr tensors -> extra graph inputs after
+    them (their tensors are passed at run time: `ExportedGraph.constants`);
+  * non-tensor placeholders (ints / SymInts) are not graph inputs; a plain int is folded as a
+    constant where it is used, a symbolic one used by a node is unsupported (ExportError);
+  * every call_function on an OpOverload -> one node; multi-output ops declare all their tensor
+    outputs (None entries of an op's result, e.g. convolution_backward with an output mask,
+    are not outputs); operator.getitem is not emitted, it names one of those outputs;
+  * nodes producing a non-tensor value (sym_size, ...) are evaluated here if constant;
+  * output -> `return (...)` of the tensor outputs; `ExportedGraph.output_spec` says how to
+    rebuild the full FX output list (tensors, None, ints) from the coil outputs.
+
+Values are numbered by definition order (inputs first), as the C++ printer does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from decimal import Decimal
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+__all__ = ["ExportError", "ExportedGraph", "export_graph", "format_float", "DTYPE_NAMES"]
+
+
+class ExportError(Exception):
+    """The FX graph cannot be expressed in coil's graph text (the graph falls back to eager)."""
+
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+}
+
+# Ops with no result whose only effect is a check; they are dropped from the coil graph.
+_DROPPED_OPS = {
+    "aten._assert_async.msg",
+    "aten._assert_async.default",
+    "aten._assert_scalar.default",
+    "aten.sym_constrain_range.default",
+    "aten.sym_constrain_range_for_size.default",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalars
+
+
+def format_float(v: float) -> str:
+    """A float exactly as coil's C++ printer writes it (std::to_chars shortest round trip:
+    fixed or scientific, whichever is shorter, fixed on a tie; '.0' appended when the text
+    would read as an int)."""
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    sign = "-" if math.copysign(1.0, v) < 0 else ""
+    if v == 0.0:
+        return sign + "0.0"
+    # repr gives the shortest round-trip digits (the same digits to_chars picks).
+    _, digits_t, exp = Decimal(repr(abs(v))).as_tuple()
+    digits = "".join(map(str, digits_t)).lstrip("0")
+    # Normalize: strip trailing zeros into the exponent.
+    stripped = digits.rstrip("0")
+    exp += len(digits) - len(stripped)
+    digits = stripped
+    sci_exp = exp + len(digits) - 1
+    sci = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    sci += "e" + ("-" if sci_exp < 0 else "+") + f"{abs(sci_exp):02d}"
+    if exp >= 0:
+        fixed = digits + "0" * exp
+    else:
+        point = len(digits) + exp
+        if point > 0:
+            fixed = digits[:point] + "." + digits[point:]
+        else:
+            fixed = "0." + "0" * (-point) + digits
+    s = fixed if len(fixed) <= len(sci) else sci
+    if "." not in s and "e" not in s:
+        s += ".0"
+    return sign + s
+
+
+def quote_string(s: str) -> str:
+    """C-escaped string literal, as the C++ printer writes it (bytes of the UTF-8 encoding)."""
+    out = ['"']
+    for b in s.encode("utf-8"):
+        c = chr(b)
+        if c == "\\":
+            out.append("\\\\")
+        elif c == '"':
+            out.append('\\"')
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif c == "\r":
+            out.append("\\r")
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\x{b:02x}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic integers
+
+
+def _sym_expr_text(expr) -> str:
+    """A sympy expression in coil's sym syntax (s0*4, a//b, a % b, min/max); ExportError if it
+    uses anything else."""
+    import sympy
+
+    try:
+        from torch.utils._sympy.functions import FloorDiv, Mod as TorchMod, PythonMod
+    except ImportError:  # pragma: no cover - older torch
+        FloorDiv = TorchMod = PythonMod = ()
+
+    def rec(e, parent_prec: int) -> str:
+        # precedence: 1 = sum, 2 = product / div / mod, 3 = atom
+        if isinstance(e, sympy.Integer):
+            s, prec = str(int(e)), (3 if int(e) >= 0 else 1)
+        elif isinstance(e, sympy.Symbol):
+            s, prec = e.name, 3
+        elif isinstance(e, sympy.Add):
+            terms = sorted(e.args, key=lambda a: (a.is_number, str(a)))
+            parts = []
+            for i, t in enumerate(terms):
+                if i and t.could_extract_minus_sign():
+                    parts.append(" - " + rec(-t, 2))
+                elif i:
+                    parts.append(" + " + rec(t, 2))
+                else:
+                    parts.append(rec(t, 1))
+            s, prec = "".join(parts), 1
+        elif isinstance(e, sympy.Mul):
+            coeff, rest = e.as_coeff_Mul()
+            if not coeff.is_Integer:
+                raise ExportError(f"non-integer coefficient in symbolic size {e}")
+            factors = [rec(f, 2) for f in sympy.Mul.make_args(rest)]
+            if coeff == -1:
+                s, prec = "-" + "*".join(factors), 1
+            elif coeff != 1:
+                s, prec = "*".join(factors) + "*" + str(int(coeff)), 2
+            else:
+                s, prec = "*".join(factors), 2
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer and 1 < int(e.exp) <= 8:
+            s, prec = "*".join([rec(e.base, 3)] * int(e.exp)), 2
+        elif FloorDiv and isinstance(e, FloorDiv):
+            s, prec = f"{rec(e.args[0], 2)}//{rec(e.args[1], 3)}", 2
+        elif FloorDiv and isinstance(e, (TorchMod, PythonMod)):
+            s, prec = f"{rec(e.args[0], 2)} % {rec(e.args[1], 3)}", 2
+        elif isinstance(e, (sympy.Min, sympy.Max)) and len(e.args) == 2:
+            name = "min" if isinstance(e, sympy.Min) else "max"
+            s, prec = f"{name}({rec(e.args[0], 0)}, {rec(e.args[1], 0)})", 3
+        else:
+            raise ExportError(f"symbolic expression {e} ({type(e).__name__}) is not expressible")
+        return f"({s})" if prec < parent_prec else s
+
+    return rec(sympy.sympify(expr), 0)
+
+
+def _symint_value(x) -> int | str:
+    """A SymInt (or int) as an int when constant, else coil sym text."""
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, torch.SymInt):
+        node = x.node
+        if node.is_nested_int():
+            raise ExportError("nested-int sizes are not supported")
+        expr = node.expr
+        if getattr(expr, "is_number", False):
+            return int(expr)
+        return _sym_expr_text(expr)
+    raise ExportError(f"expected an int or SymInt, got {type(x).__name__}")
+
+
+def _size_text(x) -> str:
+    v = _symint_value(x)
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor meta
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return DTYPE_NAMES[dtype]
+    except KeyError:
+        raise ExportError(f"dtype {dtype} is not supported by coil") from None
+
+
+def device_name(device: torch.device) -> str:
+    if device.type not in ("cpu", "cuda"):
+        raise ExportError(f"device {device} is not supported by coil")
+    return device.type
+
+
+def meta_text(t: torch.Tensor) -> str:
+    """dtype[sizes]{strides}+offset@device, as the C++ printer writes a TensorMeta."""
+    if t.layout != torch.strided:
+        raise ExportError(f"layout {t.layout} is not supported")
+    if t.is_sparse or getattr(t, "is_nested", False):
+        raise ExportError("sparse / nested tensors are not supported")
+    sizes = [_symint_value(s) for s in t.size()]
+    strides = [_symint_value(s) for s in t.stride()]
+    out = dtype_name(t.dtype) + "[" + ", ".join(map(str, sizes)) + "]"
+    # Row-major strides of the sizes, computed exactly as coil's contiguous_strides does
+    # (size-1 and size-0 dims included), so the text round-trips.
+    if all(isinstance(s, int) for s in sizes) and all(isinstance(s, int) for s in strides):
+        expected, acc = [0] * len(sizes), 1
+        for i in range(len(sizes) - 1, -1, -1):
+            expected[i] = acc
+            acc *= sizes[i]
+        default = strides == expected
+    else:
+        default = False
+        if len(sizes) == len(strides):
+            # Symbolic: compare textually against the obvious row-major product.
+            default = _symbolic_rowmajor(t)
+    if not default:
+        out += "{" + ", ".join(map(str, strides)) + "}"
+    off = _symint_value(t.storage_offset())
+    if off != 0:
+        if isinstance(off, int) or off.isidentifier():
+            out += f"+{off}"
+        else:
+            out += f"+({off})"
+    dev = device_name(t.device)
+    if dev != "cpu":
+        out += "@" + dev
+    return out
+
+
+def _symbolic_rowmajor(t: torch.Tensor) -> bool:
+    """Whether symbolic strides are exactly the row-major product of the sizes."""
+    import sympy
+
+    def expr(x):
+        return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))
+
+    try:
+        want = _rowmajor_exprs(list(t.size()))
+        return all(sympy.simplify(expr(s) - e) == 0 for s, e in zip(t.stride(), want))
+    except Exception:
+        return False
+
+
+def _rowmajor_exprs(sizes):
+    import sympy
+
+    out, acc = [None] * len(sizes), sympy.Integer(1)
+    for i in range(len(sizes) - 1, -1, -1):
+        out[i] = acc
+        s = sizes[i]
+        acc = acc * (s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+
+
+@dataclasses.dataclass
+class ExportedGraph:
+    text: str
+    # FX placeholder positions (indices into the runtime args) that are coil graph inputs.
+    input_indices: list[int]
+    # Tensors for get_attr nodes: extra graph inputs, appended after the placeholders.
+    constants: list[torch.Tensor]
+    # node_index (position among emitted nodes) -> FX node.
+    nodes: list[fx.Node]
+    # One entry per FX output: ("tensor", i) = coil output i; ("const", v); ("input", j) =
+    # runtime arg j (a non-tensor placeholder returned as is).
+    output_spec: list[tuple[str, Any]]
+    num_tensor_outputs: int
+    # FX node -> constant value it was folded to (non-tensor values: ints, None).
+    folded: dict[fx.Node, Any]
+    # Names of the ops emitted (for reports).
+    ops: list[str]
+
+    def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any]) -> list:
+        out = []
+        for kind, v in self.output_spec:
+            if kind == "tensor":
+                out.append(coil_outs[v])
+            elif kind == "input":
+                out.append(args[v])
+            else:
+                out.append(v)
+        return out
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _val(node: fx.Node):
+    if "val" in node.meta:
+        return node.meta["val"]
+    if "example_value" in node.meta:
+        return node.meta["example_value"]
+    raise ExportError(f"node {node.name} has no meta['val']")
+
+
+class _Exporter:
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+        self.next_id = 0
+        # FX node -> value id (tensor-valued nodes) or tuple of (output index -> id or None).
+        self.ids: dict[fx.Node, Any] = {}
+        self.folded: dict[fx.Node, Any] = {}
+        self.nonterm_inputs: dict[fx.Node, int] = {}
+        self.lines: list[str] = []
+        self.nodes: list[fx.Node] = []
+        self.ops: list[str] = []
+
+    def new_id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    # -- arguments
+    def arg(self, a) -> str:
+        if isinstance(a, fx.Node):
+            if a in self.ids:
+                v = self.ids[a]
+                if isinstance(v, int):
+                    return f"%{v}"
+                raise ExportError(f"{a.name}: a multi-output value used directly as an argument")
+            if a in self.folded:
+                return self.arg(self.folded[a])
+            if a in self.nonterm_inputs:
+                raise ExportError(f"symbolic input {a.name} is used by the graph")
+            raise ExportError(f"argument {a.name} is not defined")
+        if a is None:
+            return "None"
+        if isinstance(a, bool):
+            return "true" if a else "false"
+        if isinstance(a, int):
+            return str(a)
+        if isinstance(a, float):
+            return format_float(a)
+        if isinstance(a, str):
+            return quote_string(a)
+        if isinstance(a, torch.dtype):
+            return f"dtype({dtype_name(a)})"
+        if isinstance(a, torch.device):
+            return f"device({device_name(a)})"
+        if isinstance(a, (torch.layout, torch.memory_format)):
+            return quote_string(str(a))
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(self.arg(x) for x in a) + "]"
+        if isinstance(a, torch.SymInt):
+            v = _symint_value(a)
+            return str(v) if isinstance(v, int) else f"sym({v})"
+        if isinstance(a, (torch.SymFloat, torch.SymBool)):
+            raise ExportError(f"symbolic {type(a).__name__} arguments are not supported")
+        if isinstance(a, torch.Tensor):
+            raise ExportError("tensor literal in node arguments")
+        raise ExportError(f"unsupported argument type {type(a).__name__}: {a!r}")
+
+    # -- nodes
+    def placeholder_like(self, node: fx.Node, t: torch.Tensor) -> str:
+        i = self.new_id()
+        self.ids[node] = i
+        return f"%{i}: {meta_text(t)}"
+
+    def call_function(self, node: fx.Node) -> None:
+        target = node.target
+        if target is operator.getitem:
+            src, idx = node.args
+            if src in self.ids and isinstance(self.ids[src], tuple):
+                v = self.ids[src][idx]
+                if v is None:
+                    self.folded[node] = None
+                else:
+                    self.ids[node] = v
+                return
+            if src in self.folded and isinstance(self.folded[src], (list, tuple)):
+                self.folded[node] = self.folded[src][idx]
+                return
+            raise ExportError(f"getitem on {src.name} which is not a multi-output op")
+        if not isinstance(target, torch._ops.OpOverload):
+            # Python-level scalar arithmetic on static sizes folds to its value.
+            val = _val(node)
+            if isinstance(val, (int, float, bool)) and not isinstance(val, torch.SymInt):
+                self.folded[node] = val
+                return
+            if isinstance(val, torch.SymInt):
+                v = _symint_value(val)
+                if isinstance(v, int):
+                    self.folded[node] = v
+                    return
+            raise ExportError(f"unsupported call target {getattr(target, '__name__', target)}")
+        name = str(target)
+        val = _val(node)
+        if name in _DROPPED_OPS:
+            self.folded[node] = None
+            return
+        if isinstance(val, torch.Tensor):
+            outs: list = [val]
+            single = True
+        elif isinstance(val, (list, tuple)):
+            outs = list(val)
+            single = False
+        elif val is None:
+            raise ExportError(f"{name}: op without a result is not supported")
+        else:
+            # A scalar-valued op (sym_size, _local_scalar_dense...).
+            if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+                v = _symint_value(val)
+                if isinstance(v, int):
+                    self.folded[node] = v
+                    return
+            raise ExportError(f"{name}: non-tensor result {type(val).__name__} not supported")
+        for o in outs:
+            if o is not None and not _is_tensor(o):
+                raise ExportError(f"{name}: result holds a {type(o).__name__}")
+        args = [self.arg(a) for a in node.args]
+        args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
+        decls, ids = [], []
+        for o in outs:
+            if o is None:
+                ids.append(None)
+                continue
+            i = self.new_id()
+            ids.append(i)
+            decls.append(f"%{i}: {meta_text(o)}")
+        if not decls:
+            raise ExportError(f"{name}: no tensor outputs")
+        self.ids[node] = ids[0] if single else tuple(ids)
+        self.lines.append(f"  {', '.join(decls)} = {name}({', '.join(args)})")
+        self.nodes.append(node)
+        self.ops.append(name)
+
+    def run(self) -> ExportedGraph:
+        graph = self.gm.graph
+        header: list[str] = []
+        input_indices: list[int] = []
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for pos, node in enumerate(placeholders):
+            val = _val(node) if ("val" in node.meta or "example_value" in node.meta) else None
+            if isinstance(val, torch.Tensor):
+                header.append(self.placeholder_like(node, val))
+                input_indices.append(pos)
+            elif isinstance(val, bool) or val is None:
+                self.folded[node] = val
+            elif isinstance(val, int):
+                # A static int input: Dynamo specializes (and guards) plain ints.
+                self.folded[node] = int(val)
+            elif isinstance(val, torch.SymInt):
+                v = _symint_value(val)
+                if isinstance(v, int):
+                    self.folded[node] = v
+                else:
+                    self.nonterm_inputs[node] = pos
+            else:
+                raise ExportError(f"placeholder {node.name}: unsupported {type(val).__name__}")
+        constants: list[torch.Tensor] = []
+        for node in graph.nodes:
+            if node.op == "get_attr":
+                t = _fetch_attr(self.gm, node.target)
+                if not isinstance(t, torch.Tensor):
+                    raise ExportError(f"get_attr {node.target}: not a tensor")
+                header.append(self.placeholder_like(node, t))
+                constants.append(t)
+        output_spec: list[tuple[str, Any]] = []
+        ret: list[str] = []
+        for node in graph.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                continue
+            if node.op == "call_function":
+                self.call_function(node)
+            elif node.op == "output":
+                (outs,) = node.args
+                flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                for o in flat:
+                    if isinstance(o, fx.Node) and o in self.ids and isinstance(self.ids[o], int):
+                        output_spec.append(("tensor", len(ret)))
+                        ret.append(f"%{self.ids[o]}")
+                    elif isinstance(o, fx.Node) and o in self.folded:
+                        output_spec.append(("const", self.folded[o]))
+                    elif isinstance(o, fx.Node) and o in self.nonterm_inputs:
+                        output_spec.append(("input", self.nonterm_inputs[o]))
+                    elif isinstance(o, fx.Node):
+                        raise ExportError(f"output {o.name} cannot be expressed")
+                    else:
+                        output_spec.append(("const", o))
+            else:
+                raise ExportError(f"unsupported FX node kind {node.op} ({node.name})")
+        text = "graph(" + ", ".join(header) + "):\n"
+        text += "".join(line + "\n" for line in self.lines)
+        text += "  return (" + ", ".join(ret) + ")\n"
+        return ExportedGraph(
+            text=text,
+            input_indices=input_indices,
+            constants=constants,
+            nodes=self.nodes,
+            output_spec=output_spec,
+            num_tensor_outputs=len(ret),
+            folded=self.folded,
+            ops=self.ops,
+        )
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str):
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def export_graph(gm: fx.GraphModule) -> ExportedGraph:
+    """Exports an ATen-level FX graph (with meta['val'] on every node) to coil's graph text."""
+    return _Exporter(gm).run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-op fallback: running one exported node eagerly
+
+
+def _substitute(a, tensors, pos: list[int], folded):
+    """Rebuilds an FX argument with runtime tensors, consuming `tensors` in the order coil
+    passes them (positional args, then kwargs, lists depth-first)."""
+    if isinstance(a, fx.Node):
+        if a in folded:
+            return folded[a]
+        t = tensors[pos[0]]
+        pos[0] += 1
+        return t
+    if isinstance(a, (list, tuple)):
+        return type(a)(_substitute(x, tensors, pos, folded) for x in a)
+    return a
+
+
+def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence[torch.Tensor]):
+    """Runs exported node `node_index` with its tensor inputs; returns its tensor outputs."""
+    node = exported.nodes[node_index]
+    pos = [0]
+    args = tuple(_substitute(a, tensors, pos, exported.folded) for a in node.args)
+    kwargs = {k: _substitute(v, tensors, pos, exported.folded) for k, v in node.kwargs.items()}
+    if pos[0] != len(tensors):
+        raise RuntimeError(
+            f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "
+            f"inputs, the node has {pos[0]}"
+        )
+    out = node.target(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [o for o in out if o is not None]

@@ -1,0 +1,138 @@
+"""coil options: torch.compile(options=...) merged with COIL_* environment variables.
+
+This is the only module of coil that reads the environment. The result is a frozen
+`CoilOptions`; `compile_options()` gives the dict handed to `_coil.compile` (field names of
+CompileOptions in include/coil/support/options.h).
+
+Environment:
+  COIL_STRICT=1        fallbacks (whole graph or per op) become errors
+  COIL_DEBUG=1         write one debug folder per compiled graph
+  COIL_DEBUG_DIR       where (default ./coil_debug)
+  COIL_CACHE_DIR       kernel cache (default ~/.cache/coil/kernels; "" disables it)
+  COIL_CXX             host C++ compiler (default: coil's own default, g++)
+Explicit options win over the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+# CompileOptions fields (include/coil/support/options.h) and their Python types.
+COMPILE_OPTION_FIELDS: dict[str, type] = {
+    "strict": bool,
+    "fuse": bool,
+    "inline_pointwise": bool,
+    "max_inline_reads": int,
+    "parallel_threshold": int,
+    "num_threads": int,
+    "cxx": str,
+    "cxx_flags": str,
+    "cache_dir": str,
+    "debug_dir": str,
+    "runtime_headers_dir": str,
+}
+# Options that only the Python glue uses.
+PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _parse_bool(name: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v != 0
+    s = str(v).strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"coil option {name}: expected a boolean, got {v!r}")
+
+
+def _convert(name: str, typ: type, v: Any) -> Any:
+    if typ is bool:
+        return _parse_bool(name, v)
+    if typ is int:
+        if isinstance(v, bool):
+            raise ValueError(f"coil option {name}: expected an int, got {v!r}")
+        return int(v)
+    return str(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoilOptions:
+    strict: bool = False
+    debug: bool = False
+    debug_dir: str = "coil_debug"
+    cache_dir: str = ""
+    # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def compile_options(self) -> dict[str, Any]:
+        """The dict for `_coil.compile`: CompileOptions field -> bool/int/str."""
+        d: dict[str, Any] = dict(self.extra)
+        d["strict"] = self.strict
+        d["cache_dir"] = self.cache_dir
+        # The C++ side dumps nothing itself; debug.py writes the folder from artifacts.
+        d["debug_dir"] = ""
+        return d
+
+
+def _default_runtime_headers_dir() -> str | None:
+    # An installed package ships runtime_headers/ next to this file (see CMakeLists.txt).
+    p = Path(__file__).resolve().parent / "runtime_headers"
+    return str(p) if p.is_dir() else None
+
+
+def build_options(
+    user: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> CoilOptions:
+    """Merges torch.compile options (`user`) over the environment (`env`, default os.environ)."""
+    env = os.environ if env is None else env
+    user = dict(user or {})
+    known = set(COMPILE_OPTION_FIELDS) | set(PYTHON_OPTION_FIELDS)
+    unknown = sorted(set(user) - known)
+    if unknown:
+        raise ValueError(f"unknown coil option(s) {unknown}; known: {sorted(known)}")
+
+    strict = _parse_bool("COIL_STRICT", env.get("COIL_STRICT", "0"))
+    debug = _parse_bool("COIL_DEBUG", env.get("COIL_DEBUG", "0"))
+    debug_dir = env.get("COIL_DEBUG_DIR") or "coil_debug"
+    if "COIL_CACHE_DIR" in env:
+        cache_dir = env["COIL_CACHE_DIR"]
+    else:
+        cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
+    extra: dict[str, Any] = {}
+    if env.get("COIL_CXX"):
+        extra["cxx"] = env["COIL_CXX"]
+    rh = _default_runtime_headers_dir()
+    if rh is not None:
+        extra["runtime_headers_dir"] = rh
+
+    for name, v in user.items():
+        typ = COMPILE_OPTION_FIELDS.get(name) or PYTHON_OPTION_FIELDS[name]
+        v = _convert(name, typ, v)
+        if name == "strict":
+            strict = v
+        elif name == "debug":
+            debug = v
+        elif name == "debug_dir":
+            debug_dir = v
+            # Giving a debug dir means "dump there".
+            debug = debug or bool(v)
+        elif name == "cache_dir":
+            cache_dir = v
+        else:
+            extra[name] = v
+    return CoilOptions(
+        strict=strict,
+        debug=debug,
+        debug_dir=debug_dir,
+        cache_dir=cache_dir,
+        extra=tuple(sorted(extra.items())),
+    )
