@@ -50,8 +50,7 @@ struct NoneArg {
 };
 struct Arg {
   using List = std::vector<Arg>;
-  std::variant<NoneArg, Value*, int64_t, double, bool, std::string, DType, Device, sym::Expr,
-               List>
+  std::variant<NoneArg, Value*, int64_t, double, bool, std::string, DType, Device, sym::Expr, List>
       v;
 
   Arg() = default;
@@ -67,14 +66,14 @@ struct Arg {
   bool is_list() const { return std::holds_alternative<List>(v); }
   bool is_sym() const { return std::holds_alternative<sym::Expr>(v); }
   Value* value() const { return std::get<Value*>(v); }
-  int64_t as_int() const;  // int, bool, or constant sym; CompileError otherwise
+  int64_t as_int() const;    // int, bool, or constant sym; CompileError otherwise
   double as_double() const;  // double, int or bool
   const List& list() const { return std::get<List>(v); }
 };
 
 class Value {
  public:
-  int id() const { return id_; }          // printed as %<id>; unique in the graph
+  int id() const { return id_; }  // printed as %<id>; unique in the graph
   const TensorMeta& meta() const { return meta_; }
   TensorMeta& mutable_meta() { return meta_; }
   Node* producer() const { return producer_; }  // nullptr for graph inputs
