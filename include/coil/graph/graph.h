@@ -26,6 +26,22 @@
 // 'e' or one of those names, so it never reads as an int), true, false, None, "text" (C
 // escapes), dtype(f32), device(cpu), sym(s0*4) (a non-constant sym expression; constants are
 // plain ints), and lists [a, b]. Keyword args follow positional ones as name=value.
+//
+// Details (what the printer writes; the parser accepts the same with free whitespace between
+// tokens, except that a meta has no space before its '[', '{', '+' and '@'):
+// - {strides} is printed unless the strides are exactly the row-major strides of the sizes
+//   (size-1 dims included, so a size-1 dim with an odd stride keeps it); when absent, the
+//   parser fills in row-major strides. A 0-dim tensor is "f32[]".
+// - +offset is "+N" for a constant or a single symbol, otherwise parenthesized: "+(s0*4 + 2)".
+// - Devices: "@cuda" ("@cuda:0" is accepted on input); dtypes also parse from torch names
+//   ("float32"), but print as the short names.
+// - Floats print as the shortest text that reads back bit-exactly (std::to_chars), with ".0"
+//   appended when that text would read as an int: 1.0, 0.1, 1e-05, 1e+20, -0.0, inf, -inf,
+//   nan. Strings use \\, \", \n, \t, \r and \xHH (exactly two hex digits).
+// - A node without outputs prints as a bare call ("  aten.foo.default(%1)"). The output
+//   list is always parenthesized: "return (%4)", "return ()".
+// - '#' starts a comment to the end of the line (never printed).
+// - Symbols that occur in the graph inputs' sizes get the range [2, kMaxSize] when parsed.
 #pragma once
 
 #include <cstdint>
