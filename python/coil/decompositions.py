@@ -109,8 +109,6 @@ _DECOMPOSE = [
     aten._unsafe_index,
     aten._unsafe_masked_index,
     aten._unsafe_masked_index_put_accumulate,
-    aten.slice_scatter,
-    aten.select_scatter,
     # pointwise composites
     aten.addcmul,
     aten.addcdiv,
@@ -198,7 +196,12 @@ def _coil_overrides() -> dict:
         sizes = [min(split_size, size - i) for i in range(0, size, split_size)] or [0]
         return split_with_sizes(x, sizes, dim)
 
+    def unsafe_index_put(x, indices, values, accumulate=False):
+        # Same semantics as index_put without the bounds check, which coil does not do anyway.
+        return aten.index_put.default(x, indices, values, accumulate)
+
     return {
+        aten._unsafe_index_put.default: unsafe_index_put,
         aten.split.Tensor: split,
         aten.split_with_sizes.default: split_with_sizes,
         aten.full_like.default: full_like,
