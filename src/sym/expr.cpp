@@ -500,6 +500,59 @@ Range Context::Impl::bounds(Expr e) {
   return r;
 }
 
+// Lower bound of e using the symbolic upper bounds: if e is nonincreasing in an index symbol i
+// with 0 <= i < U (every term containing i has a negative coefficient, and i occurs only as a
+// plain factor next to non-negative factors), then e >= e[i := U - 1]. Substituting such
+// symbols and taking numeric bounds gives a lower bound that numeric ranges alone miss, e.g.
+// s1 - i1 >= 1 when i1 < s1.
+int64_t Context::Impl::lower_bound(Expr e) {
+  int64_t best = bounds(e).lo;
+  if (upper.empty() || e->operands.empty()) return best;
+  Expr cur = e;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<Term> terms;
+    append_terms(cur, 1, terms);
+    std::unordered_map<Expr, Expr> sub;
+    std::vector<Expr> fs;
+    for (const Term& t : terms) {
+      if (!t.mono) continue;
+      fs.clear();
+      factors_of(t.mono, fs);
+      for (Expr s : fs) {
+        if (!s->is_symbol() || sub.count(s)) continue;
+        auto ub = upper.find(s);
+        if (ub == upper.end()) continue;
+        bool ok = true;
+        std::vector<Expr> gs;
+        for (const Term& u : terms) {
+          if (!u.mono) continue;
+          gs.clear();
+          factors_of(u.mono, gs);
+          bool has = false;
+          for (Expr g : gs) {
+            if (g == s)
+              has = true;
+            else if (!g->is_symbol() && self->depends_on(g, s))
+              ok = false;
+          }
+          if (!ok) break;
+          if (!has) continue;
+          if (u.coef > 0) ok = false;
+          for (Expr g : gs)
+            if (g != s && bounds(g).lo < 0) ok = false;
+          if (!ok) break;
+        }
+        if (ok) sub.emplace(s, self->sub(ub->second, one));
+      }
+    }
+    if (sub.empty()) break;
+    cur = self->substitute(cur, sub);
+    best = std::max(best, bounds(cur).lo);
+    if (cur->operands.empty()) break;
+  }
+  return best;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Context
 
@@ -530,6 +583,23 @@ void Context::set_range(Expr symbol, Range range) {
       << "empty range [" << range.lo << ", " << range.hi << "] for " << symbol->name;
   impl_->ranges[symbol] = range;
   impl_->bounds_cache.clear();
+}
+
+void Context::set_upper_bound(Expr symbol, Expr upper) {
+  COIL_CHECK(symbol && symbol->is_symbol()) << "set_upper_bound on a non-symbol";
+  COIL_CHECK(!depends_on(upper, symbol)) << "upper bound of " << symbol->name << " uses itself";
+  Range r = impl_->bounds(symbol);
+  Range u = impl_->bounds(upper);
+  r.lo = std::max<int64_t>(r.lo, 0);
+  if (u.hi < kI64Max) r.hi = std::min(r.hi, u.hi - 1);
+  COIL_USER_CHECK(r.lo <= r.hi) << "empty range for " << symbol->name << " < " << str(upper);
+  impl_->upper[symbol] = upper;
+  set_range(symbol, r);
+}
+
+Expr Context::upper_bound(Expr symbol) const {
+  auto it = impl_->upper.find(symbol);
+  return it == impl_->upper.end() ? nullptr : it->second;
 }
 
 Range Context::symbol_range(Expr symbol) const {
@@ -647,7 +717,7 @@ Expr Context::floordiv(Expr a, Expr b) {
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {
-    if (ra.lo >= 0 && ra.hi < rb.lo) return zero();
+    if (ra.lo >= 0 && provably_lt(a, b)) return zero();
     if (ra.hi < 0 && ra.lo >= -rb.lo) return constant(-1);
     if (b->is_const()) {
       int64_t lo = py_floordiv(ra.lo, b->value), hi = py_floordiv(ra.hi, b->value);
@@ -683,7 +753,7 @@ Expr Context::mod(Expr a, Expr b) {
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {
-    if (ra.lo >= 0 && ra.hi < rb.lo) return a;
+    if (ra.lo >= 0 && provably_lt(a, b)) return a;
     if (b->is_const()) {
       int64_t lo = py_floordiv(ra.lo, b->value), hi = py_floordiv(ra.hi, b->value);
       if (lo == hi) return sub(a, constant(checked_mul(lo, b->value)));
@@ -760,7 +830,7 @@ bool Context::provably_lt(Expr a, Expr b) const {
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (ra.hi < rb.lo) return true;
   if (a == b || ra.lo >= rb.hi) return false;
-  return impl_->bounds(impl_->self->sub(b, a)).lo > 0;
+  return impl_->lower_bound(impl_->self->sub(b, a)) > 0;
 }
 
 bool Context::provably_le(Expr a, Expr b) const {
@@ -768,7 +838,7 @@ bool Context::provably_le(Expr a, Expr b) const {
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (ra.hi <= rb.lo) return true;
   if (ra.lo > rb.hi) return false;
-  return impl_->bounds(impl_->self->sub(b, a)).lo >= 0;
+  return impl_->lower_bound(impl_->self->sub(b, a)) >= 0;
 }
 
 namespace {

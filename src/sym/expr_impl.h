@@ -38,6 +38,7 @@ struct Context::Impl {
   std::unordered_map<std::string, Expr> symbols;
   std::unordered_map<Expr, Range> ranges;
   std::unordered_map<Expr, Range> bounds_cache;  // cleared whenever a range changes
+  std::unordered_map<Expr, Expr> upper;          // symbolic exclusive upper bounds
   Expr zero = nullptr;
   Expr one = nullptr;
 
@@ -52,6 +53,8 @@ struct Context::Impl {
   Expr build_product(std::vector<Expr> factors);
   Expr multiply_monomials(Expr a, Expr b);
   Range bounds(Expr e);
+  // A lower bound of e: bounds(e).lo, improved with the symbolic upper bounds of index symbols.
+  int64_t lower_bound(Expr e);
   // Splits the terms of `a` into those divisible by coef_b*product(factors_b) (their quotients go
   // to q) and the rest (r). Returns whether any term was divisible.
   bool split_divisible(Expr a, int64_t coef_b, const std::vector<Expr>& factors_b,

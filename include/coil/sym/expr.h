@@ -48,11 +48,11 @@ struct Range {
 
 struct ExprNode {
   ExprKind kind;
-  int64_t value = 0;            // Const: the value
-  std::string name;             // Symbol: its name
-  std::vector<Expr> operands;   // Add/Mul: >=2 operands; binary kinds: exactly 2
+  int64_t value = 0;           // Const: the value
+  std::string name;            // Symbol: its name
+  std::vector<Expr> operands;  // Add/Mul: >=2 operands; binary kinds: exactly 2
   size_t hash = 0;
-  int id = 0;                   // creation order within its Context (deterministic)
+  int id = 0;  // creation order within its Context (deterministic)
 
   bool is_const() const { return kind == ExprKind::Const; }
   bool is_symbol() const { return kind == ExprKind::Symbol; }
@@ -75,6 +75,13 @@ class Context {
   Expr symbol(std::string_view name, Range range = Range{});
   void set_range(Expr symbol, Range range);
   Range symbol_range(Expr symbol) const;
+  // Declares 0 <= symbol < upper for a loop index whose extent is symbolic (`upper` is an
+  // expression over other symbols, e.g. s1, or s1*s2). The simplifier then proves facts that
+  // numeric ranges cannot, e.g. (i0*s1 + i1)//s1 -> i0 and i1 < s1. Also narrows the numeric
+  // range of `symbol` to [0, bounds(upper).hi - 1]. Set it before building expressions.
+  void set_upper_bound(Expr symbol, Expr upper);
+  // The symbolic exclusive upper bound of `symbol` set by set_upper_bound, or nullptr.
+  Expr upper_bound(Expr symbol) const;
 
   // --- arithmetic (canonicalizing, simplifying with the symbols' ranges)
   Expr add(Expr a, Expr b);

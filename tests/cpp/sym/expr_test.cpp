@@ -145,6 +145,40 @@ TEST_F(SymTest, NestedFloorDivMod) {
   EXPECT_EQ(c.mod(c.mod(x, k(4)), k(12)), c.mod(x, k(4)));
 }
 
+TEST_F(SymTest, SymbolicUpperBounds) {
+  // Dynamic shapes: loop indices bounded by size symbols.
+  Expr s2 = c.symbol("s2", {2, kMaxSize});
+  Expr j0 = c.symbol("j0"), j1 = c.symbol("j1"), j2 = c.symbol("j2");
+  c.set_upper_bound(j0, s0);
+  c.set_upper_bound(j1, s1);
+  c.set_upper_bound(j2, s2);
+  EXPECT_EQ(c.upper_bound(j1), s1);
+  EXPECT_EQ(c.upper_bound(x), nullptr);
+  EXPECT_EQ(c.lt(j1, s1), k(1));
+  EXPECT_EQ(c.le(c.add(j1, k(1)), s1), k(1));
+  EXPECT_EQ(c.lt(s1, j1), k(0));
+  EXPECT_EQ(c.min(j1, c.sub(s1, k(1))), j1);
+  EXPECT_EQ(c.max(j1, s1), s1);
+  // (j0*s1 + j1) // s1 -> j0, % s1 -> j1
+  Expr f = c.add(c.mul(j0, s1), j1);
+  EXPECT_EQ(c.floordiv(f, s1), j0);
+  EXPECT_EQ(c.mod(f, s1), j1);
+  EXPECT_EQ(c.mod(f, c.mul(s0, s1)), f);
+  // 3-d contiguous index split back into its coordinates
+  Expr flat = P("j0*s1*s2 + j1*s2 + j2");
+  EXPECT_EQ(c.floordiv(flat, c.mul(s1, s2)), j0);
+  EXPECT_EQ(c.mod(c.floordiv(flat, s2), s1), j1);
+  EXPECT_EQ(c.mod(flat, s2), j2);
+  EXPECT_EQ(c.floordiv(flat, P("s0*s1*s2")), k(0));
+  // Not provable: j1 may exceed s0.
+  EXPECT_EQ(c.floordiv(j1, s0)->kind, ExprKind::FloorDiv);
+  // The numeric range is narrowed too.
+  Expr t = c.symbol("t");
+  c.set_upper_bound(t, k(10));
+  EXPECT_EQ(c.symbol_range(t).hi, 9);
+  EXPECT_EQ(c.mod(t, k(10)), t);
+}
+
 TEST_F(SymTest, MinMaxComparisons) {
   EXPECT_EQ(c.min(k(3), k(5)), k(3));
   EXPECT_EQ(c.max(k(3), k(5)), k(5));

@@ -42,10 +42,16 @@ int64_t ref_mod(int64_t a, int64_t b) { return a - b * ref_floordiv(a, b); }
 struct SymInfo {
   const char* name;
   Range range;
+  int below = -1;   // symbolic bound: value < value of symbol `below` (or, with below2,
+  int below2 = -1;  // < the product of the two)
 };
 // Small ranges: brute force enumerates every combination.
 const SymInfo kSyms[] = {{"a", {-3, 4}}, {"b", {0, 5}}, {"c", {1, 3}}, {"d", {0, 2}}};
 constexpr int kNumSyms = 4;
+// Dynamic-shape flavour: sizes n, m and index symbols i < n, j < m, k < n*m.
+const SymInfo kIdxSyms[] = {
+    {"n", {1, 4}}, {"m", {1, 3}}, {"i", {0, 3}, 0}, {"j", {0, 2}, 1}, {"k", {0, 11}, 0, 1}};
+constexpr int kNumIdxSyms = 5;
 
 int64_t ref_eval(const Tree& t, const int64_t* env) {
   switch (t.op) {
@@ -111,11 +117,13 @@ TreeP clone(const Tree& t) {
 
 class Gen {
  public:
-  explicit Gen(uint32_t seed) : rng_(seed) {}
+  // div_syms: symbols that are always >= 1 (usable as divisors).
+  explicit Gen(uint32_t seed, int nsyms = kNumSyms, std::vector<int> div_syms = {2})
+      : rng_(seed), nsyms_(nsyms), div_syms_(std::move(div_syms)) {}
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
 
   // A divisor that is never zero: a non-zero constant, the symbol c (>= 1), c*k, c + k,
-  // c - 4 (negative), max(e, 1), or a product of those.
+  // c - 5 (negative), max(e, 1), or a product of those.
   TreeP divisor(int depth) {
     switch (pick(8)) {
       case 0:
@@ -124,15 +132,15 @@ class Gen {
         return leaf(Op::Const, kDivs[pick(10)]);
       }
       case 2:
-        return leaf(Op::Sym, 2);
+        return dsym();
       case 3:
-        return node(Op::Mul, leaf(Op::Sym, 2), leaf(Op::Const, 1 + pick(3)));
+        return node(Op::Mul, dsym(), leaf(Op::Const, 1 + pick(3)));
       case 4:
-        return node(Op::Add, leaf(Op::Sym, 2), leaf(Op::Const, pick(3)));
+        return node(Op::Add, dsym(), leaf(Op::Const, pick(3)));
       case 5:
         return node(Op::Max, expr(depth - 1), leaf(Op::Const, 1));
       case 6:
-        return node(Op::Sub, leaf(Op::Sym, 2), leaf(Op::Const, 4));
+        return node(Op::Sub, dsym(), leaf(Op::Const, 5));
       default:
         return node(Op::Mul, divisor(0), divisor(0));
     }
@@ -141,7 +149,7 @@ class Gen {
   TreeP expr(int depth) {
     if (depth <= 0 || pick(5) == 0) {
       if (pick(3) == 0) return leaf(Op::Const, pick(11) - 5);
-      return leaf(Op::Sym, pick(kNumSyms));
+      return leaf(Op::Sym, pick(nsyms_));
     }
     switch (pick(16)) {
       case 0:
@@ -172,7 +180,7 @@ class Gen {
         // The reshape pattern: (e // m) * m * k + (e % m) * k (+ rest).
         TreeP e = expr(depth - 1);
         TreeP m = divisor(depth - 1);
-        TreeP k = pick(2) ? leaf(Op::Const, 1 + pick(3)) : leaf(Op::Sym, pick(kNumSyms));
+        TreeP k = pick(2) ? leaf(Op::Const, 1 + pick(3)) : leaf(Op::Sym, pick(nsyms_));
         TreeP q =
             node(Op::Mul, node(Op::Mul, node(Op::Div, clone(*e), clone(*m)), clone(*m)), clone(*k));
         TreeP r = node(Op::Mul, node(Op::Mod, std::move(e), std::move(m)), std::move(k));
@@ -184,7 +192,8 @@ class Gen {
       case 14: {
         // Index arithmetic: (e*m + r) // m and % m with a divisor m.
         TreeP m = divisor(0);
-        TreeP e = node(Op::Add, node(Op::Mul, expr(depth - 1), clone(*m)), expr(depth - 1));
+        TreeP r = pick(2) ? expr(depth - 1) : leaf(Op::Sym, pick(nsyms_));
+        TreeP e = node(Op::Add, node(Op::Mul, expr(depth - 1), clone(*m)), std::move(r));
         return node(pick(2) ? Op::Div : Op::Mod, std::move(e), std::move(m));
       }
       default: {
@@ -196,7 +205,11 @@ class Gen {
   }
 
  private:
+  TreeP dsym() { return leaf(Op::Sym, div_syms_[pick(static_cast<int>(div_syms_.size()))]); }
+
   std::mt19937 rng_;
+  int nsyms_;
+  std::vector<int> div_syms_;
 };
 
 Expr build(Context& c, const Tree& t, const std::vector<Expr>& syms) {
@@ -239,29 +252,35 @@ Expr build(Context& c, const Tree& t, const std::vector<Expr>& syms) {
   }
 }
 
-std::string tree_str(const Tree& t) {
+std::string tree_str(const Tree& t, const SymInfo* syms = kSyms) {
   static const char* kNames[] = {"",  "",    "+",   "-", "neg", "*",  "//",
                                  "%", "min", "max", "<", "<=",  "==", "!="};
   if (t.op == Op::Const) return std::to_string(t.value);
-  if (t.op == Op::Sym) return kSyms[t.value].name;
-  if (t.op == Op::Neg) return "(-" + tree_str(*t.a) + ")";
-  return std::string("(") + kNames[static_cast<int>(t.op)] + " " + tree_str(*t.a) + " " +
-         tree_str(*t.b) + ")";
+  if (t.op == Op::Sym) return syms[t.value].name;
+  if (t.op == Op::Neg) return "(-" + tree_str(*t.a, syms) + ")";
+  return std::string("(") + kNames[static_cast<int>(t.op)] + " " + tree_str(*t.a, syms) + " " +
+         tree_str(*t.b, syms) + ")";
 }
 
-// Calls f(env) for every assignment of the symbols within their ranges.
+// Calls f(env) for every assignment of the symbols within their ranges (and symbolic bounds).
 template <typename F>
-void for_all_assignments(F&& f) {
-  int64_t env[kNumSyms];
-  for (int i = 0; i < kNumSyms; ++i) env[i] = kSyms[i].range.lo;
+void for_all_assignments(F&& f, const SymInfo* syms = kSyms, int nsyms = kNumSyms) {
+  int64_t env[8];
+  for (int i = 0; i < nsyms; ++i) env[i] = syms[i].range.lo;
   for (;;) {
-    f(env);
+    bool valid = true;
+    for (int i = 0; i < nsyms; ++i) {
+      if (syms[i].below < 0) continue;
+      int64_t ub = env[syms[i].below] * (syms[i].below2 < 0 ? 1 : env[syms[i].below2]);
+      valid &= env[i] < ub;
+    }
+    if (valid) f(env);
     int i = 0;
-    while (i < kNumSyms && env[i] == kSyms[i].range.hi) {
-      env[i] = kSyms[i].range.lo;
+    while (i < nsyms && env[i] == syms[i].range.hi) {
+      env[i] = syms[i].range.lo;
       ++i;
     }
-    if (i == kNumSyms) return;
+    if (i == nsyms) return;
     ++env[i];
   }
 }
@@ -350,6 +369,45 @@ TEST(SymFuzz, SubstituteMatchesBruteForce) {
       ASSERT_EQ(c.evaluate(sub, env_map), ref_eval(*t, env2))
           << tree_str(*t) << " with a = " << tree_str(*f) << " -> " << c.str(sub);
     });
+  }
+}
+
+TEST(SymFuzz, SymbolicIndexBoundsMatchBruteForce) {
+  // Index symbols bounded by size symbols (i < n, j < m, k < n*m) through set_upper_bound;
+  // brute force enumerates only the assignments that satisfy the bounds.
+  Gen gen(2024, kNumIdxSyms, {0, 1});
+  Context c;
+  std::vector<Expr> syms;
+  for (const SymInfo& s : kIdxSyms) syms.push_back(c.symbol(s.name, s.range));
+  for (int i = 0; i < kNumIdxSyms; ++i) {
+    const SymInfo& s = kIdxSyms[i];
+    if (s.below < 0) continue;
+    Expr ub = syms[s.below];
+    if (s.below2 >= 0) ub = c.mul(ub, syms[s.below2]);
+    c.set_upper_bound(syms[i], ub);
+  }
+  std::unordered_map<Expr, int64_t> env_map;
+  for (int iter = 0; iter < 3000; ++iter) {
+    TreeP t = gen.expr(1 + iter % 5);
+    Expr e = build(c, *t, syms);
+    bool ok = true;
+    for_all_assignments(
+        [&](const int64_t* env) {
+          if (!ok) return;
+          for (int i = 0; i < kNumIdxSyms; ++i) env_map[syms[i]] = env[i];
+          int64_t want = ref_eval(*t, env), got = c.evaluate(e, env_map);
+          if (want != got) {
+            ok = false;
+            std::string where;
+            for (int i = 0; i < kNumIdxSyms; ++i)
+              where += std::string(kIdxSyms[i].name) + "=" + std::to_string(env[i]) + " ";
+            ADD_FAILURE() << tree_str(*t, kIdxSyms) << " -> " << c.str(e) << " at " << where
+                          << "want " << want << " got " << got;
+          }
+        },
+        kIdxSyms, kNumIdxSyms);
+    if (!ok) break;
+    ASSERT_EQ(c.parse(c.str(e)), e) << c.str(e);
   }
 }
 
