@@ -1,0 +1,694 @@
+// C++ emitter: one function per KernelPlan (see emit_cpp.h for the ABI, schedule.h for the
+// kernel model).
+//
+// Shape of a kernel:
+//   outer loop nest over the kernel's outer ranges (OpenMP parallel when the work is large),
+//   then each member node in program order:
+//     pointwise with no inner dims:   one element, stored (or kept in a local scalar)
+//     pointwise with inner dims:      an inner loop nest, `#pragma omp simd` on the innermost
+//     reduction:                      an accumulator and a loop nest over the reduction range
+//   A kernel whose members are all pointwise over exactly the outer ranges vectorizes its last
+//   outer dim instead.
+#include "coil/backend/cpu/emit_cpp.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "coil/support/error.h"
+#include "cpp_expr.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace coil::backend::cpu {
+namespace {
+
+using loop::BufferId;
+using loop::ComputeNode;
+using loop::Instr;
+using loop::InstrId;
+using loop::InstrKind;
+using loop::ReduceKind;
+using sym::Expr;
+
+std::string ctype(DType t) { return std::string(dtype_ctype(t)); }
+std::string compute_ctype(DType t) { return ctype(dtype_compute(t)); }
+bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+std::string float_literal(double v, DType t) {
+  bool is_f32 = dtype_compute(t) == DType::Float32;
+  std::string T = is_f32 ? "float" : "double";
+  if (v != v) return "coil::numeric<" + T + ">::nan()";
+  if (v == __builtin_inf()) return "coil::numeric<" + T + ">::inf()";
+  if (v == -__builtin_inf()) return "(-coil::numeric<" + T + ">::inf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  if (is_f32) return "float(" + s + ")";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k,
+                const CompileOptions& options, std::ostringstream& os)
+      : p_(p), ctx_(*p.ctx), k_(k), options_(options), os_(os) {
+    locals_.insert(k.local_buffers.begin(), k.local_buffers.end());
+    for (int st : k.steps) nodes_.push_back(&std::get<ComputeNode>(p.steps.at(st)));
+  }
+
+  void emit() {
+    header_comment();
+    line("COIL_KERNEL void " + k_.name + "(void* const* bufs, const int64_t* sizes) {");
+    ++indent_;
+    prologue();
+    const size_t k = k_.outer_ranges.size();
+    bool pure_pointwise = k > 0 && std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
+                            return !n->is_reduction() && n->ranges.size() == k;
+                          });
+    Expr work = outer_numel();
+    Expr max_inner = ctx_.one();
+    for (const ComputeNode* n : nodes_) max_inner = ctx_.max(max_inner, inner_numel(*n));
+    work = ctx_.mul(work, max_inner);
+    std::string par = parallel_clause(work);  // "" = serial
+    if (pure_pointwise) {
+      emit_pure_pointwise(par);
+    } else {
+      for (size_t j = 0; j < k; ++j) {
+        if (j == 0 && !par.empty()) {
+          line("#pragma omp parallel for" +
+               std::string(k > 1 ? " collapse(" + std::to_string(k) + ")" : "") + par);
+        }
+        open_loop("x" + std::to_string(j), k_.outer_ranges[j]);
+      }
+      declare_locals();
+      for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+      for (size_t j = 0; j < k; ++j) close();
+    }
+    --indent_;
+    line("}");
+    line("");
+  }
+
+ private:
+  // ---------------------------------------------------------------- text helpers
+  void line(std::string s) {
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    if (!s.empty()) os_ << std::string(2 * indent_, ' ');
+    os_ << s << "\n";
+  }
+  void open_loop(const std::string& var, Expr extent) {
+    line("for (int64_t " + var + " = 0; " + var + " < " + idx(extent) + "; ++" + var + ") {");
+    ++indent_;
+  }
+  void close() {
+    --indent_;
+    line("}");
+  }
+
+  // Symbol -> C++ name for the node being emitted: its first k index vars are the kernel's
+  // outer loop variables x0.., everything else keeps its (sanitized) name.
+  std::string idx(Expr e) {
+    return cpp_index_expr(ctx_, e, [this](Expr s) -> std::string {
+      auto it = sym_names_.find(s);
+      return it != sym_names_.end() ? it->second : cpp_identifier(s->name);
+    });
+  }
+
+  void set_node_names(const ComputeNode& n) {
+    sym_names_.clear();
+    for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j) {
+      sym_names_[n.index_vars[j]] = "x" + std::to_string(j);
+    }
+  }
+
+  // ---------------------------------------------------------------- structure
+  void header_comment() {
+    line("// " + k_.name + ": outer " + ranges_text(k_.outer_ranges) + ", " +
+         std::to_string(nodes_.size()) + " node(s)");
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      std::string s = "//   step" + std::to_string(k_.steps[m]) + " " + buf(n.out).name + " = ";
+      if (n.is_reduction()) {
+        s += "reduce " + std::string(loop::reduce_kind_name(n.reduce)) + " " +
+             ranges_text(n.ranges) + " over " + ranges_text(n.reduction_ranges);
+      } else {
+        s += "pointwise " + ranges_text(n.ranges);
+      }
+      if (locals_.count(n.out)) s += " (local)";
+      line(s);
+    }
+  }
+
+  std::string ranges_text(const std::vector<Expr>& r) {
+    std::string s = "[";
+    for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + ctx_.str(r[i]);
+    return s + "]";
+  }
+
+  const loop::Buffer& buf(BufferId b) const { return p_.buffer(b); }
+
+  void prologue() {
+    for (size_t i = 0; i < p_.size_symbols.size(); ++i) {
+      line("const int64_t " + cpp_identifier(p_.size_symbols[i].symbol->name) + " = sizes[" +
+           std::to_string(i) + "];");
+    }
+    std::set<BufferId> read, written;
+    bool rng = false;
+    for (const ComputeNode* n : nodes_) {
+      if (!locals_.count(n->out)) written.insert(n->out);
+      for (const Instr& in : n->body.instrs) {
+        if (in.kind == InstrKind::Load && !locals_.count(in.buffer)) read.insert(in.buffer);
+        if (in.kind == InstrKind::Rand || in.kind == InstrKind::Randn) rng = true;
+      }
+    }
+    std::set<BufferId> all = read;
+    all.insert(written.begin(), written.end());
+    for (BufferId b : all) {
+      const loop::Buffer& B = buf(b);
+      std::string T = ctype(B.dtype);
+      bool w = written.count(b) > 0;
+      std::string q = w ? "" : "const ";
+      line(q + T + "* __restrict__ " + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) +
+           "];");
+    }
+    if (rng) {
+      COIL_CHECK(p_.rng_state >= 0) << "Rand without an rng_state buffer";
+      line("const int64_t rng_offset = ((const int64_t*)bufs[" + std::to_string(p_.rng_state) +
+           "])[1];");
+    }
+  }
+
+  Expr product(const std::vector<Expr>& v, size_t from = 0) {
+    Expr r = ctx_.one();
+    for (size_t i = from; i < v.size(); ++i) r = ctx_.mul(r, v[i]);
+    return r;
+  }
+  Expr outer_numel() { return product(k_.outer_ranges); }
+  Expr inner_numel(const ComputeNode& n) {
+    return ctx_.mul(product(n.ranges, k_.outer_ranges.size()), product(n.reduction_ranges));
+  }
+
+  // " if(...)" / "" (always) or "" with serial=true.
+  std::string parallel_clause(Expr work) {
+    std::string nt = options_.num_threads > 0
+                         ? " num_threads(" + std::to_string(options_.num_threads) + ")"
+                         : "";
+    if (auto c = ctx_.as_const(work)) {
+      if (*c < options_.parallel_threshold) return "";
+      return nt.empty() ? " " : nt;  // non-empty marks "parallel"
+    }
+    return " if(" + idx(work) + " >= " + cpp_int_literal(options_.parallel_threshold) + ")" + nt;
+  }
+
+  void declare_locals() {
+    for (const ComputeNode* n : nodes_) {
+      if (locals_.count(n->out)) {
+        line(compute_ctype(buf(n->out).dtype) + " " + local_name(n->out) + ";");
+      }
+    }
+  }
+  std::string local_name(BufferId b) { return buf(b).name + "_v"; }
+
+  void emit_pure_pointwise(const std::string& par) {
+    const size_t k = k_.outer_ranges.size();
+    bool simd = true;
+    for (const ComputeNode* n : nodes_) simd = simd && vectorizable(*n, n->index_vars.back(), true);
+    for (size_t j = 0; j < k; ++j) {
+      bool last = j + 1 == k;
+      if (j == 0 && !par.empty()) {
+        if (last) {
+          line(std::string("#pragma omp parallel for") + (simd ? " simd" : "") + par);
+        } else {
+          line("#pragma omp parallel for" +
+               std::string(k > 2 ? " collapse(" + std::to_string(k - 1) + ")" : "") + par);
+        }
+      }
+      if (last && simd && (j > 0 || par.empty())) line("#pragma omp simd");
+      open_loop("x" + std::to_string(j), k_.outer_ranges[j]);
+    }
+    declare_locals();
+    for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+    for (size_t j = 0; j < k; ++j) close();
+  }
+
+  // Whether loads and the store of node n step by 0 or 1 element along `var` (so a simd loop
+  // over var needs no gathers), and no load is data dependent.
+  bool vectorizable(const ComputeNode& n, Expr var, bool check_store) {
+    if (var == nullptr) return false;
+    Expr next = ctx_.add(var, ctx_.one());
+    auto stride_ok = [&](Expr flat, bool store) {
+      Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
+      auto c = ctx_.as_const(d);
+      return c && (*c == 1 || (!store && *c == 0));
+    };
+    for (const Instr& in : n.body.instrs) {
+      if (in.kind == InstrKind::Indirect) return false;
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (in.mask >= 0) return false;
+      if (!stride_ok(flat_index(in.buffer, in.index), false)) return false;
+    }
+    if (check_store && !locals_.count(n.out) &&
+        !stride_ok(flat_index(n.out, n.store_index), true)) {
+      return false;
+    }
+    return true;
+  }
+
+  Expr flat_index(BufferId b, const std::vector<Expr>& index) {
+    const loop::Buffer& B = buf(b);
+    COIL_CHECK(index.size() == B.strides.size())
+        << B.name << ": index rank " << index.size() << " vs " << B.strides.size();
+    Expr e = B.offset ? B.offset : ctx_.zero();
+    for (size_t d = 0; d < index.size(); ++d) e = ctx_.add(e, ctx_.mul(index[d], B.strides[d]));
+    return e;
+  }
+
+  // ---------------------------------------------------------------- members
+  void emit_member(size_t m) {
+    const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    const size_t k = k_.outer_ranges.size();
+    line("// " + buf(n.out).name);
+    line("{");
+    ++indent_;
+    if (n.is_reduction()) {
+      emit_reduction(n);
+    } else if (n.ranges.size() == k) {
+      std::string v = emit_body(n);
+      emit_store(n, v);
+    } else {
+      // Inner pointwise loops over dims k.. of the node.
+      std::string par = k == 0 ? parallel_clause(inner_numel(n)) : "";
+      bool simd = vectorizable(n, n.index_vars.back(), true);
+      for (size_t j = k; j < n.ranges.size(); ++j) {
+        bool first = j == k, last = j + 1 == n.ranges.size();
+        if (first && !par.empty()) {
+          line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + par);
+        } else if (last && simd) {
+          line("#pragma omp simd");
+        }
+        open_loop(cpp_identifier(n.index_vars[j]->name), n.ranges[j]);
+      }
+      std::string v = emit_body(n);
+      emit_store(n, v);
+      for (size_t j = k; j < n.ranges.size(); ++j) close();
+    }
+    --indent_;
+    line("}");
+  }
+
+  void emit_store(const ComputeNode& n, const std::string& v) {
+    DType t = buf(n.out).dtype;
+    if (locals_.count(n.out)) {
+      std::string val = v;
+      if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
+      if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
+      line(local_name(n.out) + " = " + val + ";");
+      return;
+    }
+    std::string val = t == DType::BFloat16  ? "coil::to_bf16(" + v + ")"
+                      : t == DType::Float16 ? "coil::to_half(" + v + ")"
+                                            : ctype(t) + "(" + v + ")";
+    line(buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] = " + val + ";");
+  }
+
+  struct ReduceOps {
+    std::string init;       // accumulator identity
+    std::string omp;        // OpenMP reduction operator, "" = no simd reduction
+    bool nan_flag = false;  // floating max/min: track NaN separately
+  };
+
+  ReduceOps reduce_ops(ReduceKind r, DType acc) {
+    std::string A = compute_ctype(acc);
+    bool fp = dtype_is_floating(acc);
+    bool is_bool = acc == DType::Bool;
+    switch (r) {
+      case ReduceKind::None:
+        break;
+      case ReduceKind::Sum:
+        return {is_bool ? "false" : A + "(0)", is_bool ? "||" : "+", false};
+      case ReduceKind::Prod:
+        return {is_bool ? "true" : A + "(1)", is_bool ? "&&" : "*", false};
+      case ReduceKind::Max:
+        if (is_bool) return {"false", "||", false};
+        return {"coil::numeric<" + A + ">::lowest()", "max", fp};
+      case ReduceKind::Min:
+        if (is_bool) return {"true", "&&", false};
+        return {"coil::numeric<" + A + ">::max()", "min", fp};
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin:
+        return {"", "", false};
+      case ReduceKind::Any:
+        return {"false", "||", false};
+      case ReduceKind::All:
+        return {"true", "&&", false};
+    }
+    COIL_INTERNAL_ERROR() << "bad reduce kind";
+  }
+
+  void emit_reduction(const ComputeNode& n) {
+    const size_t k = k_.outer_ranges.size();
+    DType out_t = buf(n.out).dtype;
+    const Instr& res = n.body.instrs.at(n.body.result);
+    bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
+    DType acc_t = arg ? res.dtype : out_t;
+    // Low-precision and bool-sum accumulators compute in the compute type.
+    std::string A = compute_ctype(acc_t);
+    ReduceOps ops = reduce_ops(n.reduce, acc_t);
+    if (arg) {
+      std::string V = compute_ctype(res.dtype);
+      bool mx = n.reduce == ReduceKind::ArgMax;
+      line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
+      line("int64_t best_index = 0;");
+    } else {
+      line(A + " acc = " + ops.init + ";");
+      if (ops.nan_flag) line("bool nan_seen = false;");
+    }
+    // Reduction loops.
+    bool simd =
+        !arg && !ops.omp.empty() &&
+        vectorizable(n, n.reduction_vars.empty() ? nullptr : n.reduction_vars.back(), false);
+    std::string clause = ops.omp.empty() ? "" : " reduction(" + ops.omp + ":acc)";
+    if (ops.nan_flag) clause += " reduction(||:nan_seen)";
+    std::string par = (k == 0 && !arg) ? parallel_clause(inner_numel(n)) : "";
+    const size_t nr = n.reduction_ranges.size();
+    for (size_t j = 0; j < nr; ++j) {
+      bool first = j == 0, last = j + 1 == nr;
+      if (first && !par.empty()) {
+        line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + clause +
+             par);
+      } else if (last && simd) {
+        line("#pragma omp simd" + clause);
+      }
+      open_loop(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j]);
+    }
+    std::string v = emit_body(n);
+    std::string V = compute_ctype(res.dtype);
+    switch (n.reduce) {
+      case ReduceKind::None:
+        COIL_INTERNAL_ERROR() << "not a reduction";
+        break;
+      case ReduceKind::Sum:
+        line(acc_t == DType::Bool ? "acc = acc || bool(" + v + ");"
+                                  : "acc += " + A + "(" + v + ");");
+        break;
+      case ReduceKind::Prod:
+        line(acc_t == DType::Bool ? "acc = acc && bool(" + v + ");"
+                                  : "acc *= " + A + "(" + v + ");");
+        break;
+      case ReduceKind::Max:
+      case ReduceKind::Min: {
+        bool mx = n.reduce == ReduceKind::Max;
+        if (acc_t == DType::Bool) {
+          line(std::string("acc = acc ") + (mx ? "||" : "&&") + " bool(" + v + ");");
+          break;
+        }
+        line("const " + A + " val = " + A + "(" + v + ");");
+        line(std::string("acc = val ") + (mx ? ">" : "<") + " acc ? val : acc;");
+        if (ops.nan_flag) line("nan_seen = nan_seen || (val != val);");
+        break;
+      }
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin: {
+        bool mx = n.reduce == ReduceKind::ArgMax;
+        line("const " + V + " val = " + v + ";");
+        std::string cond = std::string("val ") + (mx ? ">" : "<") + " best";
+        if (dtype_is_floating(res.dtype)) cond = "(" + cond + ") || (val != val && best == best)";
+        line("if (" + cond + ") {");
+        ++indent_;
+        line("best = val;");
+        // Position along the flattened reduction range.
+        Expr pos = ctx_.zero();
+        for (size_t j = 0; j < nr; ++j) {
+          pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+        }
+        line("best_index = " + idx(pos) + ";");
+        --indent_;
+        line("}");
+        break;
+      }
+      case ReduceKind::Any:
+        line("acc = acc || bool(" + v + ");");
+        break;
+      case ReduceKind::All:
+        line("acc = acc && bool(" + v + ");");
+        break;
+    }
+    for (size_t j = 0; j < nr; ++j) close();
+    if (ops.nan_flag) line("if (nan_seen) acc = coil::numeric<" + A + ">::nan();");
+    emit_store(n, arg ? "best_index" : "acc");
+  }
+
+  // ---------------------------------------------------------------- bodies
+  std::string tmp(InstrId i) { return "t" + std::to_string(i); }
+
+  // Emits the body's instructions as statements; returns the result's expression.
+  std::string emit_body(const ComputeNode& n) {
+    const loop::Body& b = n.body;
+    COIL_CHECK(b.result >= 0 && b.result < static_cast<int>(b.instrs.size()))
+        << buf(n.out).name << ": body without a result";
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      const Instr& in = b.instrs[i];
+      std::string T = compute_ctype(in.dtype);
+      line("const " + T + " " + tmp(static_cast<InstrId>(i)) + " = " +
+           instr_expr(b, static_cast<InstrId>(i)) + ";");
+      if (in.kind == InstrKind::Indirect) {
+        line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
+      }
+    }
+    return tmp(b.result);
+  }
+
+  std::string operand(const loop::Body& b, const Instr& in, int k) {
+    COIL_CHECK(in.operands[k] >= 0)
+        << "missing operand " << k << " of " << loop::instr_kind_name(in.kind);
+    return tmp(in.operands[k]);
+  }
+
+  std::string instr_expr(const loop::Body& b, InstrId id) {
+    const Instr& in = b.instrs[id];
+    const std::string T = compute_ctype(in.dtype);
+    const bool fp = dtype_is_floating(in.dtype);
+    auto a = [&] { return operand(b, in, 0); };
+    auto bb = [&] { return operand(b, in, 1); };
+    auto c = [&] { return operand(b, in, 2); };
+    auto call1 = [&](const char* f) {
+      return std::string("coil::m::") + f + "(" + T + "(" + a() + "))";
+    };
+    auto call2 = [&](const char* f) {
+      return std::string("coil::m::") + f + "(" + T + "(" + a() + "), " + T + "(" + bb() + "))";
+    };
+    auto bin = [&](const char* op) { return T + "(" + a() + " " + op + " " + bb() + ")"; };
+    auto cmp = [&](const char* op) { return "(" + a() + " " + op + " " + bb() + ")"; };
+    auto opd_integral = [&](int k) {
+      return !dtype_is_floating(b.instrs.at(in.operands[k]).dtype);
+    };
+    switch (in.kind) {
+      case InstrKind::Load:
+        return load_expr(b, in);
+      case InstrKind::Constant:
+        if (fp) return float_literal(in.fvalue, in.dtype);
+        if (in.dtype == DType::Bool) return in.ivalue ? "true" : "false";
+        return T + "(" + cpp_int_literal(in.ivalue) + ")";
+      case InstrKind::IndexExpr:
+        return T + "(" + idx(in.expr) + ")";
+      case InstrKind::Cast: {
+        if (in.dtype == DType::Bool) return "(" + a() + " != 0)";
+        if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + a() + "))";
+        if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + a() + "))";
+        return T + "(" + a() + ")";
+      }
+      case InstrKind::Rand:
+      case InstrKind::Randn:
+        return std::string(in.kind == InstrKind::Rand ? "coil::rand_uniform"
+                                                      : "coil::rand_normal") +
+               "(uint64_t(" + a() + "), uint64_t(rng_offset + " + idx(in.expr) + "))";
+      case InstrKind::Indirect:
+        return "int64_t(" + a() + ")";
+      case InstrKind::Neg:
+        return T + "(-" + a() + ")";
+      case InstrKind::Abs:
+        return in.dtype == DType::Bool ? a() : call1("abs");
+      case InstrKind::Exp:
+        return call1("exp");
+      case InstrKind::Exp2:
+        return call1("exp2");
+      case InstrKind::Expm1:
+        return call1("expm1");
+      case InstrKind::Log:
+        return call1("log");
+      case InstrKind::Log2:
+        return call1("log2");
+      case InstrKind::Log10:
+        return call1("log10");
+      case InstrKind::Log1p:
+        return call1("log1p");
+      case InstrKind::Sqrt:
+        return call1("sqrt");
+      case InstrKind::Rsqrt:
+        return call1("rsqrt");
+      case InstrKind::Reciprocal:
+        return call1("reciprocal");
+      case InstrKind::Sin:
+        return call1("sin");
+      case InstrKind::Cos:
+        return call1("cos");
+      case InstrKind::Tan:
+        return call1("tan");
+      case InstrKind::Asin:
+        return call1("asin");
+      case InstrKind::Acos:
+        return call1("acos");
+      case InstrKind::Atan:
+        return call1("atan");
+      case InstrKind::Sinh:
+        return call1("sinh");
+      case InstrKind::Cosh:
+        return call1("cosh");
+      case InstrKind::Tanh:
+        return call1("tanh");
+      case InstrKind::Asinh:
+        return call1("asinh");
+      case InstrKind::Acosh:
+        return call1("acosh");
+      case InstrKind::Atanh:
+        return call1("atanh");
+      case InstrKind::Sigmoid:
+        return call1("sigmoid");
+      case InstrKind::Erf:
+        return call1("erf");
+      case InstrKind::Erfc:
+        return call1("erfc");
+      case InstrKind::Erfinv:
+        return call1("erfinv");
+      case InstrKind::Lgamma:
+        return call1("lgamma");
+      case InstrKind::Floor:
+        return fp ? call1("floor") : a();
+      case InstrKind::Ceil:
+        return fp ? call1("ceil") : a();
+      case InstrKind::Round:
+        return fp ? call1("round") : a();
+      case InstrKind::Trunc:
+        return fp ? call1("trunc") : a();
+      case InstrKind::Sign:
+        return in.dtype == DType::Bool ? a() : call1("sign");
+      case InstrKind::IsNan:
+        return opd_integral(0) ? "false" : "coil::m::isnan(" + a() + ")";
+      case InstrKind::IsInf:
+        return opd_integral(0) ? "false" : "coil::m::isinf(" + a() + ")";
+      case InstrKind::LogicalNot:
+        return "(!" + a() + ")";
+      case InstrKind::BitwiseNot:
+        return in.dtype == DType::Bool ? "(!" + a() + ")" : T + "(~" + a() + ")";
+      case InstrKind::Add:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : bin("+");
+      case InstrKind::Sub:
+        return bin("-");
+      case InstrKind::Mul:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : bin("*");
+      case InstrKind::Div:
+        return fp ? bin("/") : call2("truncdiv");
+      case InstrKind::FloorDiv:
+        return call2("floordiv");
+      case InstrKind::TruncDiv:
+        return call2("truncdiv");
+      case InstrKind::Remainder:
+        return call2("remainder");
+      case InstrKind::Fmod:
+        return call2("fmod");
+      case InstrKind::Pow:
+        return call2("pow");
+      case InstrKind::Maximum:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : call2("maximum");
+      case InstrKind::Minimum:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : call2("minimum");
+      case InstrKind::Atan2:
+        return call2("atan2");
+      case InstrKind::Hypot:
+        return call2("hypot");
+      case InstrKind::CopySign:
+        return call2("copysign");
+      case InstrKind::Eq:
+        return cmp("==");
+      case InstrKind::Ne:
+        return cmp("!=");
+      case InstrKind::Lt:
+        return cmp("<");
+      case InstrKind::Le:
+        return cmp("<=");
+      case InstrKind::Gt:
+        return cmp(">");
+      case InstrKind::Ge:
+        return cmp(">=");
+      case InstrKind::LogicalAnd:
+        return "(bool(" + a() + ") && bool(" + bb() + "))";
+      case InstrKind::LogicalOr:
+        return "(bool(" + a() + ") || bool(" + bb() + "))";
+      case InstrKind::LogicalXor:
+        return "(bool(" + a() + ") != bool(" + bb() + "))";
+      case InstrKind::BitwiseAnd:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : bin("&");
+      case InstrKind::BitwiseOr:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : bin("|");
+      case InstrKind::BitwiseXor:
+        return in.dtype == DType::Bool ? "(" + a() + " != " + bb() + ")" : bin("^");
+      case InstrKind::ShiftLeft:
+        return call2("shift_left");
+      case InstrKind::ShiftRight:
+        return call2("shift_right");
+      case InstrKind::Where:
+        return "(" + a() + " ? " + T + "(" + bb() + ") : " + T + "(" + c() + "))";
+    }
+    COIL_INTERNAL_ERROR() << "unhandled instruction kind";
+  }
+
+  std::string load_expr(const loop::Body& b, const Instr& in) {
+    const std::string T = compute_ctype(in.dtype);
+    std::string v;
+    if (locals_.count(in.buffer)) {
+      v = local_name(in.buffer);
+    } else {
+      const loop::Buffer& B = buf(in.buffer);
+      v = B.name + "[" + idx(flat_index(in.buffer, in.index)) + "]";
+      if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
+    }
+    if (in.mask >= 0) return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
+    return v;
+  }
+
+  const loop::LoopProgram& p_;
+  sym::Context& ctx_;
+  const sched::KernelPlan& k_;
+  const CompileOptions& options_;
+  std::ostringstream& os_;
+  std::set<BufferId> locals_;
+  std::vector<const ComputeNode*> nodes_;
+  std::unordered_map<Expr, std::string> sym_names_;
+  int indent_ = 0;
+};
+
+}  // namespace
+
+CppSource emit_cpp(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                   const CompileOptions& options) {
+  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
+  std::ostringstream os;
+  os << "// Generated by coil (backend/cpu/emit_cpp): " << schedule.kernels.size()
+     << " kernel(s).\n";
+  os << "#include \"coil/kernel_prelude.h\"\n\n";
+  CppSource src;
+  for (const sched::KernelPlan& k : schedule.kernels) {
+    KernelEmitter(program, k, options, os).emit();
+    src.kernel_symbols.push_back(k.name);
+  }
+  src.code = os.str();
+  return src;
+}
+
+}  // namespace coil::backend::cpu
