@@ -307,7 +307,14 @@ Expr Context::Impl::build_sum(std::vector<Term> terms) {
   std::erase_if(combined, [](const Term& t) { return t.coef == 0; });
 
   // (y // m) * m * k + (y % m) * k -> y * k, where k is any cofactor (constant or symbolic).
-  for (size_t i = 0; i < combined.size(); ++i) {
+  // Only worth trying when some term has a FloorDiv factor (the partner always has one).
+  bool any_floordiv = false;
+  for (const Term& t : combined) {
+    if (t.mono->kind == ExprKind::FloorDiv) any_floordiv = true;
+    if (t.mono->kind == ExprKind::Mul)
+      for (Expr f : t.mono->operands) any_floordiv |= f->kind == ExprKind::FloorDiv;
+  }
+  for (size_t i = 0; any_floordiv && i < combined.size(); ++i) {
     if (!has_mod_factor(combined[i].mono)) continue;
     std::vector<Expr> fs;
     factors_of(combined[i].mono, fs);
@@ -830,6 +837,8 @@ bool Context::provably_lt(Expr a, Expr b) const {
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (ra.hi < rb.lo) return true;
   if (a == b || ra.lo >= rb.hi) return false;
+  // With a constant side, bounds(b - a) equals the numeric answer unless symbolic bounds help.
+  if ((a->is_const() || b->is_const()) && impl_->upper.empty()) return false;
   return impl_->lower_bound(impl_->self->sub(b, a)) > 0;
 }
 
@@ -838,6 +847,7 @@ bool Context::provably_le(Expr a, Expr b) const {
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (ra.hi <= rb.lo) return true;
   if (ra.lo > rb.hi) return false;
+  if ((a->is_const() || b->is_const()) && impl_->upper.empty()) return false;
   return impl_->lower_bound(impl_->self->sub(b, a)) >= 0;
 }
 

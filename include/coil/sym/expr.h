@@ -9,11 +9,20 @@
 //   Const     integer constant
 //   Symbol    a named integer (a size like s0, or a loop index like i0 / r0)
 //   Add       n-ary sum         (operands sorted; at most one Const operand, last)
-//   Mul       n-ary product     (operands sorted; at most one Const operand, the coefficient)
+//   Mul       n-ary product     (operands sorted; at most one Const operand, the coefficient,
+//                                which is operand 0; never 0 or 1)
 //   FloorDiv  floor(a / b)      (index arithmetic; b > 0)
 //   Mod       a mod b, Python semantics (result in [0, b) for b > 0)
 //   Min, Max  binary
 //   Lt, Le, Eq, Ne  comparisons, value 0 or 1
+//
+// Sums are polynomials: like terms combine (x + x -> 2*x), a constant factor distributes over a
+// sum (2*(a + b) -> 2*a + 2*b), and products of sums are expanded ((a + 1)*(b + 1) ->
+// a*b + a + b + 1) while the expansion has at most 256 terms; larger products of sums stay
+// unexpanded (no exponential blowup). FloorDiv/Mod/Min/Max/comparisons are atoms of the
+// polynomial. Operand order is a structural total order (kind, symbol name with numeric
+// suffixes compared as numbers, value, operands), independent of creation order and pointers,
+// so str() is deterministic across contexts.
 //
 // Every symbol has a value range (default for sizes: [0, kMaxSize]); the simplifier uses ranges
 // to rewrite FloorDiv/Mod (e.g. (i0*8 + i1) // 8 -> i0 when 0 <= i1 < 8, and
