@@ -552,6 +552,8 @@ def _substitute(a, tensors, pos: list[int], folded):
     if isinstance(a, fx.Node):
         if a in folded:
             return folded[a]
+        if pos[0] >= len(tensors):
+            raise RuntimeError(f"coil fallback: too few tensor inputs ({len(tensors)})")
         t = tensors[pos[0]]
         pos[0] += 1
         return t
