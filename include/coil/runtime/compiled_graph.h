@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,14 @@ struct RuntimeTensor {
   std::shared_ptr<void> owner;
 };
 
+// Thrown by CompiledGraph::run when the inputs do not match what the graph was compiled for
+// (count, dtype, rank, a size or stride, a size symbol out of its range). The host should
+// recompile (or run eagerly); the message names the input and dim.
+class InputMismatchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Runs one graph node eagerly on the host framework (PyTorch): the node's position in the
 // graph, its tensor inputs; returns its outputs. Absent when coil runs without PyTorch.
 using FallbackFn =
@@ -37,7 +46,7 @@ struct CompileArtifacts {
   std::string loop_program;  // loop IR after lowering
   std::string schedule;      // kernels after fusion, memory plan
   std::string fusion_log;
-  std::string source;        // generated C++
+  std::string source;  // generated C++
   std::string compiler_command;
   std::string compiler_log;
   std::vector<std::string> fallback_ops;
@@ -51,6 +60,8 @@ class CompiledGraph {
   virtual ~CompiledGraph() = default;
   virtual std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) = 0;
   virtual const CompileArtifacts& artifacts() const = 0;
+  // The executable program (program.h), when the graph is one; for tools and the bindings.
+  virtual const class Program* program() const { return nullptr; }
 };
 
 // Runs the whole pipeline. Throws CompileError (unsupported input) or InternalError (a bug).

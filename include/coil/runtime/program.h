@@ -1,0 +1,63 @@
+// The executable form of a compiled graph: a flat list of steps prepared once from the
+// Schedule (kernel/extern order) and its MemoryPlan, run by a small interpreter.
+//
+//   Alloc(storage, bytes)   take a block from the caching allocator (bytes: a size expression)
+//   Kernel(fn)              call a generated kernel: fn(bufs, sizes)
+//   Extern(call)            a library kernel (extern_kernels.h) or the host fallback
+//   Free(storage)           drop the run's reference to a storage (outputs keep theirs)
+//
+// Per call, run() checks the inputs against the compile-time metas (count, dtype, rank, sizes
+// and strides: constants must match, size symbols are bound from the first input dim that
+// names them and must agree and lie in their range), evaluates every symbolic size once into
+// an int64 array (the kernels' `sizes`; LoopProgram::size_symbols come first, in order), fills
+// bufs[] (per BufferId: the base pointer of its storage; inputs arrive with their storage
+// offset applied, so Input buffers have offset 0), runs the steps and returns the outputs as
+// views (base + offset, evaluated sizes and strides) that own their storage.
+//
+// run() is const and thread-safe: all per-call state is local to the call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "coil/loop/program.h"
+#include "coil/runtime/compiled_graph.h"
+#include "coil/sched/schedule.h"
+
+namespace coil::runtime {
+
+// The C ABI of a generated kernel (backend/cpu/emit_cpp.h).
+using KernelFn = void (*)(void* const* bufs, const int64_t* sizes);
+
+class Program {
+ public:
+  // kernels[k] is the loaded function of schedule.kernels[k]. `keep_alive` holds what the
+  // kernels live in (the loaded library). Throws CompileError when an extern cannot run
+  // (no library path and no fallback function).
+  Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
+          std::vector<KernelFn> kernels, std::shared_ptr<void> keep_alive,
+          const CompileOptions& options, FallbackFn fallback);
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) const;
+
+  // The input whose storage output `k` views (graph outputs that alias an input), or -1.
+  int output_aliases_input(size_t k) const;
+  size_t num_inputs() const;
+  size_t num_outputs() const;
+  // The steps, one per line ("alloc s0 (4096 bytes)", "kernel kernel0", "extern mm (library)").
+  std::string describe() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace coil::runtime

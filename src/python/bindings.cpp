@@ -1,0 +1,287 @@
+// coil._coil: the Python <-> C++ boundary (docs/python-binding.md).
+//
+// Tensors cross as DLPack through nb::ndarray, never copied: an input's RuntimeTensor owns a
+// reference to its DLPack import (so an output that aliases an input keeps it alive), and an
+// output becomes a torch tensor whose DLPack capsule owns the runtime storage.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "coil/graph/parser.h"
+#include "coil/graph/printer.h"
+#include "coil/lower/lower.h"
+#include "coil/lower/lowering.h"
+#include "coil/runtime/allocator.h"
+#include "coil/runtime/compiled_graph.h"
+#include "coil/runtime/program.h"
+#include "coil/support/error.h"
+#include "coil/support/options.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace coil::python {
+namespace {
+
+using runtime::CompiledGraph;
+using runtime::RuntimeTensor;
+
+// --- dtypes
+
+DType dtype_from_dlpack(nb::dlpack::dtype t) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes == 1) {
+    switch (static_cast<C>(t.code)) {
+      case C::Bool:
+        if (t.bits == 8) return DType::Bool;
+        break;
+      case C::Int:
+        if (t.bits == 8) return DType::Int8;
+        if (t.bits == 16) return DType::Int16;
+        if (t.bits == 32) return DType::Int32;
+        if (t.bits == 64) return DType::Int64;
+        break;
+      case C::UInt:
+        if (t.bits == 8) return DType::UInt8;
+        break;
+      case C::Float:
+        if (t.bits == 16) return DType::Float16;
+        if (t.bits == 32) return DType::Float32;
+        if (t.bits == 64) return DType::Float64;
+        break;
+      case C::Bfloat:
+        if (t.bits == 16) return DType::BFloat16;
+        break;
+      default:
+        break;
+    }
+  }
+  throw nb::type_error(("coil: unsupported tensor dtype (DLPack code " + std::to_string(t.code) +
+                        ", " + std::to_string(t.bits) + " bits)")
+                           .c_str());
+}
+
+nb::dlpack::dtype dtype_to_dlpack(DType d) {
+  using C = nb::dlpack::dtype_code;
+  auto make = [](C code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
+  switch (d) {
+    case DType::Bool:
+      return make(C::Bool, 8);
+    case DType::UInt8:
+      return make(C::UInt, 8);
+    case DType::Int8:
+      return make(C::Int, 8);
+    case DType::Int16:
+      return make(C::Int, 16);
+    case DType::Int32:
+      return make(C::Int, 32);
+    case DType::Int64:
+      return make(C::Int, 64);
+    case DType::Float16:
+      return make(C::Float, 16);
+    case DType::BFloat16:
+      return make(C::Bfloat, 16);
+    case DType::Float32:
+      return make(C::Float, 32);
+    case DType::Float64:
+      return make(C::Float, 64);
+  }
+  throw std::logic_error("bad dtype");
+}
+
+// --- tensors in
+
+// Keeps a DLPack import alive; released under the GIL from whichever thread drops it.
+struct ImportHolder {
+  nb::ndarray<> array;
+  explicit ImportHolder(nb::ndarray<>&& a) : array(std::move(a)) {}
+  ~ImportHolder() {
+    nb::gil_scoped_acquire gil;
+    nb::ndarray<> drop = std::move(array);
+  }
+};
+
+RuntimeTensor from_torch(nb::handle obj, const char* what, size_t index) {
+  nb::ndarray<> array;
+  if (!nb::try_cast<nb::ndarray<>>(obj, array, /*convert=*/false))
+    throw nb::type_error(("coil: " + std::string(what) + " " + std::to_string(index) +
+                          " is not a tensor (DLPack import failed)")
+                             .c_str());
+  if (array.device_type() != nb::device::cpu::value)
+    throw nb::type_error(
+        ("coil: " + std::string(what) + " " + std::to_string(index) + " is not a cpu tensor")
+            .c_str());
+  RuntimeTensor t;
+  t.dtype = dtype_from_dlpack(array.dtype());
+  size_t ndim = array.ndim();
+  t.sizes.resize(ndim);
+  t.strides.resize(ndim);
+  for (size_t d = 0; d < ndim; ++d) {
+    t.sizes[d] = static_cast<int64_t>(array.shape(d));
+    t.strides[d] = array.stride(d);
+  }
+  t.data = array.data();  // byte offset already applied by nb::ndarray
+  t.owner = std::make_shared<ImportHolder>(std::move(array));
+  return t;
+}
+
+// --- tensors out
+
+void drop_owner(void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); }
+
+nb::object to_torch(RuntimeTensor&& t) {
+  size_t ndim = t.sizes.size();
+  size_t shape_small[8];
+  std::unique_ptr<size_t[]> shape_big;
+  size_t* shape = shape_small;
+  if (ndim > 8) {
+    shape_big.reset(new size_t[ndim]);
+    shape = shape_big.get();
+  }
+  for (size_t d = 0; d < ndim; ++d) shape[d] = static_cast<size_t>(t.sizes[d]);
+  nb::capsule owner(new std::shared_ptr<void>(std::move(t.owner)), &drop_owner);
+  nb::ndarray<nb::pytorch> array(t.data, ndim, shape, owner, t.strides.data(),
+                                 dtype_to_dlpack(t.dtype), nb::device::cpu::value);
+  return nb::cast(std::move(array), nb::rv_policy::reference);
+}
+
+// --- options
+
+CompileOptions options_from_dict(nb::dict d) {
+  CompileOptions o;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    bool known = false;
+#define COIL_SET_OPTION(type, name, def, affects)                                  \
+  if (key == #name) {                                                              \
+    known = true;                                                                  \
+    try {                                                                          \
+      o.name = nb::cast<type>(v);                                                  \
+    } catch (const std::exception&) {                                              \
+      throw nb::type_error(("coil: option '" + key + "' must be " #type).c_str()); \
+    }                                                                              \
+  }
+    COIL_OPTION_FIELDS(COIL_SET_OPTION)
+#undef COIL_SET_OPTION
+    if (!known) throw nb::value_error(("coil: unknown option '" + key + "'").c_str());
+  }
+  return o;
+}
+
+// --- the fallback callable
+
+struct PyCallable {
+  nb::object fn;
+  explicit PyCallable(nb::object f) : fn(std::move(f)) {}
+  ~PyCallable() {
+    nb::gil_scoped_acquire gil;
+    nb::object drop = std::move(fn);
+  }
+};
+
+runtime::FallbackFn make_fallback(nb::object fn) {
+  if (fn.is_none()) return nullptr;
+  auto callable = std::make_shared<PyCallable>(std::move(fn));
+  return [callable](int node, const std::vector<RuntimeTensor>& inputs) {
+    nb::gil_scoped_acquire gil;
+    nb::list args;
+    for (const RuntimeTensor& t : inputs) args.append(to_torch(RuntimeTensor(t)));
+    nb::object result = callable->fn(node, args);
+    std::vector<RuntimeTensor> outs;
+    if (nb::hasattr(result, "__dlpack__")) {
+      outs.push_back(from_torch(result, "fallback output", 0));
+    } else {
+      size_t i = 0;
+      for (nb::handle h : result) outs.push_back(from_torch(h, "fallback output", i++));
+    }
+    return outs;
+  };
+}
+
+nb::dict artifacts_dict(const runtime::CompileArtifacts& a) {
+  nb::dict d;
+  d["input_graph"] = a.input_graph;
+  d["loop_program"] = a.loop_program;
+  d["schedule"] = a.schedule;
+  d["fusion_log"] = a.fusion_log;
+  d["source"] = a.source;
+  d["compiler_command"] = a.compiler_command;
+  d["compiler_log"] = a.compiler_log;
+  d["fallback_ops"] = a.fallback_ops;
+  nb::list timings;
+  for (const auto& [stage, s] : a.timings) timings.append(nb::make_tuple(stage, s));
+  d["timings"] = timings;
+  d["num_kernels"] = a.num_kernels;
+  d["cache_hit"] = a.cache_hit;
+  return d;
+}
+
+}  // namespace
+}  // namespace coil::python
+
+NB_MODULE(_coil, m) {
+  using namespace coil;
+  using namespace coil::python;
+  m.doc() = "coil: the C++ core of the coil compiler (docs/python-binding.md)";
+
+  nb::exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
+  nb::exception<InternalError>(m, "InternalError", PyExc_RuntimeError);
+  nb::exception<runtime::InputMismatchError>(m, "InputMismatchError", PyExc_RuntimeError);
+
+  nb::class_<runtime::CompiledGraph>(m, "CompiledGraph")
+      .def(
+          "run",
+          [](runtime::CompiledGraph& g, nb::handle inputs) {
+            std::vector<runtime::RuntimeTensor> ins;
+            ins.reserve(nb::len(inputs));
+            size_t i = 0;
+            for (nb::handle h : inputs) ins.push_back(from_torch(h, "input", i++));
+            std::vector<runtime::RuntimeTensor> outs = g.run(ins);
+            nb::list result;
+            for (auto& t : outs) result.append(to_torch(std::move(t)));
+            return result;
+          },
+          "inputs"_a, "Runs the graph: one torch tensor per graph input; returns the outputs.")
+      .def_prop_ro("artifacts",
+                   [](const runtime::CompiledGraph& g) { return artifacts_dict(g.artifacts()); })
+      .def("describe", [](const runtime::CompiledGraph& g) {
+        const runtime::Program* p = g.program();
+        return p ? p->describe() : std::string();
+      });
+
+  m.def(
+      "compile",
+      [](const std::string& text, nb::dict options, nb::object fallback) {
+        CompileOptions o = options_from_dict(options);
+        return runtime::compile_graph(text, o, make_fallback(std::move(fallback)));
+      },
+      "text"_a, "options"_a = nb::dict(), "fallback"_a = nb::none(),
+      "Compiles a graph (text form) into a CompiledGraph.");
+
+  m.def("parse_and_print", [](const std::string& text) {
+    sym::Context ctx;
+    return print_graph(*parse_graph(text, ctx));
+  });
+
+  m.def("lowered_ops", [] { return lower::lowering_registry().ops(); });
+
+  m.def("allocator_stats", [] {
+    auto s = runtime::Allocator::global().stats();
+    nb::dict d;
+    d["allocations"] = s.allocations;
+    d["cache_hits"] = s.cache_hits;
+    d["system_allocations"] = s.system_allocations;
+    d["bytes_cached"] = s.bytes_cached;
+    d["bytes_in_use"] = s.bytes_in_use;
+    return d;
+  });
+  m.def("empty_cache", [] { runtime::Allocator::global().empty_cache(); });
+}

@@ -1,0 +1,127 @@
+// compile_graph: the whole pipeline, timed per stage.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "coil/backend/cpu/emit_cpp.h"
+#include "coil/backend/cpu/host_compiler.h"
+#include "coil/graph/parser.h"
+#include "coil/graph/printer.h"
+#include "coil/loop/printer.h"
+#include "coil/lower/lower.h"
+#include "coil/ops/verify.h"
+#include "coil/runtime/compiled_graph.h"
+#include "coil/runtime/program.h"
+#include "coil/sched/schedule.h"
+#include "coil/support/error.h"
+
+namespace coil::runtime {
+
+namespace {
+
+class ProgramGraph final : public CompiledGraph {
+ public:
+  ProgramGraph(CompileArtifacts artifacts, std::unique_ptr<Program> program)
+      : artifacts_(std::move(artifacts)), program_(std::move(program)) {}
+  std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) override {
+    return program_->run(inputs);
+  }
+  const CompileArtifacts& artifacts() const override { return artifacts_; }
+  const Program* program() const override { return program_.get(); }
+
+ private:
+  CompileArtifacts artifacts_;
+  std::unique_ptr<Program> program_;
+};
+
+class StageTimer {
+ public:
+  explicit StageTimer(CompileArtifacts& a) : a_(a) {}
+  template <typename F>
+  auto operator()(const char* stage, F&& f) {
+    auto t0 = std::chrono::steady_clock::now();
+    struct Record {
+      CompileArtifacts& a;
+      const char* stage;
+      std::chrono::steady_clock::time_point t0;
+      ~Record() {
+        std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+        a.timings.emplace_back(stage, dt.count());
+      }
+    } record{a_, stage, t0};
+    return f();
+  }
+
+ private:
+  CompileArtifacts& a_;
+};
+
+// Writes the artifacts into options.debug_dir/<hash of the graph text>/.
+void dump(const CompileArtifacts& a, const std::string& dir, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path root =
+      fs::path(dir) / ("graph_" + std::to_string(std::hash<std::string>{}(text) % 1000000007ull));
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return;
+  auto put = [&](const char* name, const std::string& s) { std::ofstream(root / name) << s; };
+  put("input_graph.txt", a.input_graph);
+  put("loop_program.txt", a.loop_program);
+  put("schedule.txt", a.schedule);
+  put("fusion_log.txt", a.fusion_log);
+  put("source.cpp", a.source);
+  put("compiler.txt", a.compiler_command + "\n" + a.compiler_log);
+  std::string t;
+  for (const auto& [stage, s] : a.timings) t += stage + " " + std::to_string(s) + "\n";
+  for (const auto& f : a.fallback_ops) t += "fallback " + f + "\n";
+  put("summary.txt", t);
+}
+
+}  // namespace
+
+std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
+                                             const CompileOptions& options, FallbackFn fallback) {
+  CompileArtifacts a;
+  StageTimer time(a);
+  // The Context outlives everything built from it: the Program keeps only compiled sizes.
+  sym::Context ctx;
+  std::unique_ptr<Graph> graph = time("parse", [&] { return parse_graph(graph_text, ctx); });
+  time("verify", [&] { ops::verify_graph_meta(*graph); });
+  a.input_graph = print_graph(*graph);
+  lower::LowerResult lowered = time("lower", [&] { return lower::lower_graph(*graph, options); });
+  a.fallback_ops = lowered.fallback_ops;
+  const loop::LoopProgram& program = lowered.program;
+  a.loop_program = loop::print_program(program);
+  sched::Schedule schedule =
+      time("schedule", [&] { return sched::schedule_program(program, options); });
+  a.schedule = sched::print_schedule(program, schedule);
+  a.fusion_log = schedule.fusion_log;
+  a.num_kernels = static_cast<int>(schedule.kernels.size());
+  std::vector<KernelFn> kernels;
+  std::shared_ptr<void> library;
+  if (!schedule.kernels.empty()) {
+    backend::cpu::CppSource source =
+        time("emit", [&] { return backend::cpu::emit_cpp(program, schedule, options); });
+    a.source = source.code;
+    backend::cpu::HostCompileResult compiled =
+        time("host_compile", [&] { return backend::cpu::compile_and_load(source.code, options); });
+    a.compiler_command = compiled.command;
+    a.compiler_log = compiled.log;
+    a.cache_hit = compiled.cache_hit;
+    COIL_CHECK(source.kernel_symbols.size() == schedule.kernels.size())
+        << "emit_cpp returned " << source.kernel_symbols.size() << " symbols for "
+        << schedule.kernels.size() << " kernels";
+    for (const auto& name : source.kernel_symbols)
+      kernels.push_back(reinterpret_cast<KernelFn>(compiled.library->symbol(name)));
+    library = compiled.library;
+  }
+  auto prog = time("program", [&] {
+    return std::make_unique<Program>(program, schedule, std::move(kernels), std::move(library),
+                                     options, std::move(fallback));
+  });
+  if (!options.debug_dir.empty()) dump(a, options.debug_dir, graph_text);
+  return std::make_unique<ProgramGraph>(std::move(a), std::move(prog));
+}
+
+}  // namespace coil::runtime

@@ -1,0 +1,168 @@
+// Library kernels: index_put and scatter_add (generic strided loops).
+#include <stdexcept>
+#include <string>
+
+#include "coil/runtime/extern_kernels.h"
+#include "element.h"
+
+namespace coil::runtime::kernels {
+
+using namespace coil::runtime::detail;
+
+namespace {
+
+int64_t read_index(const RuntimeTensor& t, const int64_t* idx) {
+  if (t.dtype == DType::Int64) return *element<int64_t>(t, idx);
+  if (t.dtype == DType::Int32) return *element<int32_t>(t, idx);
+  COIL_UNSUPPORTED() << "index tensors must be int64 or int32, got " << dtype_name(t.dtype);
+}
+
+int64_t wrap_index(int64_t i, int64_t size, int64_t dim, const char* what) {
+  int64_t j = i < 0 ? i + size : i;
+  if (j < 0 || j >= size)
+    throw std::out_of_range(std::string(what) + ": index " + std::to_string(i) +
+                            " is out of bounds for dimension " + std::to_string(dim) +
+                            " with size " + std::to_string(size));
+  return j;
+}
+
+template <typename T>
+void add_into(T* dst, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    *dst = *dst || v;
+  } else if constexpr (std::is_integral_v<T>) {
+    *dst = static_cast<T>(*dst + v);
+  } else {
+    *dst = from_double<T>(to_double(*dst) + to_double(v));
+  }
+}
+
+// A view of `t` broadcast (right-aligned) to `sizes`.
+RuntimeTensor broadcast_to(const RuntimeTensor& t, const std::vector<int64_t>& sizes,
+                           const char* what) {
+  COIL_USER_CHECK(t.sizes.size() <= sizes.size()) << what << ": cannot broadcast";
+  RuntimeTensor r = t;
+  size_t lead = sizes.size() - t.sizes.size();
+  r.sizes = sizes;
+  r.strides.assign(sizes.size(), 0);
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    COIL_USER_CHECK(t.sizes[d] == sizes[lead + d] || t.sizes[d] == 1)
+        << what << ": shape mismatch: cannot broadcast dim " << d << " of size " << t.sizes[d]
+        << " to " << sizes[lead + d];
+    r.strides[lead + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+  }
+  return r;
+}
+
+}  // namespace
+
+void index_put(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indices,
+               const std::vector<int64_t>& dims, const RuntimeTensor& values, bool accumulate,
+               const RuntimeTensor& out) {
+  const size_t k = indices.size(), rank = self.sizes.size();
+  COIL_USER_CHECK(k >= 1 && dims.size() == k && k <= rank) << "index_put: bad indices";
+  COIL_USER_CHECK(values.dtype == self.dtype && out.dtype == self.dtype)
+      << "index_put: dtype mismatch";
+  for (size_t j = 0; j < k; ++j)
+    COIL_USER_CHECK(dims[j] >= 0 && dims[j] < static_cast<int64_t>(rank) &&
+                    (j == 0 || dims[j] > dims[j - 1]))
+        << "index_put: dims must be ascending and within the rank";
+  copy(self, out);
+  // Broadcast shape of the indices.
+  std::vector<int64_t> bshape;
+  for (const auto& ix : indices) {
+    if (ix.sizes.size() > bshape.size())
+      bshape.insert(bshape.begin(), ix.sizes.size() - bshape.size(), 1);
+    size_t lead = bshape.size() - ix.sizes.size();
+    for (size_t d = 0; d < ix.sizes.size(); ++d) {
+      int64_t& b = bshape[lead + d];
+      COIL_USER_CHECK(b == 1 || ix.sizes[d] == 1 || b == ix.sizes[d])
+          << "index_put: index shapes cannot be broadcast together";
+      if (b == 1) b = ix.sizes[d];
+    }
+  }
+  std::vector<RuntimeTensor> bidx;
+  for (const auto& ix : indices) bidx.push_back(broadcast_to(ix, bshape, "index_put"));
+  // The indexed result's shape: the broadcast shape replaces the indexed dims in place when
+  // they are adjacent, else it goes first.
+  bool adjacent = dims.back() - dims.front() == static_cast<int64_t>(k) - 1;
+  int64_t insert_at = adjacent ? dims.front() : 0;
+  std::vector<int64_t> rest_dims;  // dims of self not indexed, in order
+  for (size_t d = 0, j = 0; d < rank; ++d) {
+    if (j < k && dims[j] == static_cast<int64_t>(d)) {
+      ++j;
+      continue;
+    }
+    rest_dims.push_back(static_cast<int64_t>(d));
+  }
+  std::vector<int64_t> rshape;
+  size_t nb = bshape.size();
+  // Layout of the result index: rest dims before insert_at, then B, then the other rest dims.
+  size_t before = 0;
+  for (int64_t d : rest_dims)
+    if (d < insert_at) ++before;
+  for (size_t i = 0; i < before; ++i) rshape.push_back(self.sizes[rest_dims[i]]);
+  rshape.insert(rshape.end(), bshape.begin(), bshape.end());
+  for (size_t i = before; i < rest_dims.size(); ++i) rshape.push_back(self.sizes[rest_dims[i]]);
+  RuntimeTensor vals = broadcast_to(values, rshape, "index_put");
+  std::vector<int64_t> pos(rank);
+  visit_dtype(self.dtype, [&](auto z) {
+    using T = decltype(z);
+    for_each_index(rshape, [&](const int64_t* r) {
+      const int64_t* b = r + before;
+      for (size_t i = 0; i < before; ++i) pos[rest_dims[i]] = r[i];
+      for (size_t i = before; i < rest_dims.size(); ++i) pos[rest_dims[i]] = r[nb + i];
+      for (size_t j = 0; j < k; ++j)
+        pos[dims[j]] =
+            wrap_index(read_index(bidx[j], b), self.sizes[dims[j]], dims[j], "index_put");
+      T v = *element<T>(vals, r);
+      T* dst = element<T>(out, pos.data());
+      if (accumulate) {
+        add_into(dst, v);
+      } else {
+        *dst = v;
+      }
+    });
+  });
+}
+
+void scatter_add(const RuntimeTensor& self, int64_t dim, const RuntimeTensor& index,
+                 const RuntimeTensor& src, const RuntimeTensor& out) {
+  const int64_t rank = static_cast<int64_t>(self.sizes.size());
+  if (dim < 0) dim += std::max<int64_t>(rank, 1);
+  COIL_USER_CHECK(dim >= 0 && dim < std::max<int64_t>(rank, 1)) << "scatter_add: bad dim";
+  COIL_USER_CHECK(src.dtype == self.dtype && out.dtype == self.dtype)
+      << "scatter_add: dtype mismatch";
+  COIL_USER_CHECK(static_cast<int64_t>(index.sizes.size()) == rank &&
+                  src.sizes.size() == index.sizes.size())
+      << "scatter_add: index and src must have the rank of self";
+  for (int64_t d = 0; d < rank; ++d)
+    COIL_USER_CHECK(index.sizes[d] <= src.sizes[d] && (d == dim || index.sizes[d] <= self.sizes[d]))
+        << "scatter_add: index is larger than src or self in dim " << d;
+  copy(self, out);
+  if (rank == 0) {
+    visit_dtype(self.dtype, [&](auto z) {
+      using T = decltype(z);
+      int64_t i = read_index(index, nullptr);
+      wrap_index(i, 1, 0, "scatter_add");
+      add_into(static_cast<T*>(out.data), *static_cast<const T*>(src.data));
+    });
+    return;
+  }
+  std::vector<int64_t> pos(rank);
+  visit_dtype(self.dtype, [&](auto z) {
+    using T = decltype(z);
+    for_each_index(index.sizes, [&](const int64_t* p) {
+      for (int64_t d = 0; d < rank; ++d) pos[d] = p[d];
+      int64_t i = read_index(index, p);
+      if (i < 0 || i >= self.sizes[dim])
+        throw std::out_of_range("scatter_add: index " + std::to_string(i) +
+                                " is out of bounds for dimension " + std::to_string(dim) +
+                                " with size " + std::to_string(self.sizes[dim]));
+      pos[dim] = i;
+      add_into(element<T>(out, pos.data()), *element<T>(src, p));
+    });
+  });
+}
+
+}  // namespace coil::runtime::kernels

@@ -1,0 +1,588 @@
+#include "coil/runtime/program.h"
+
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "coil/runtime/allocator.h"
+#include "coil/runtime/extern_kernels.h"
+#include "coil/support/error.h"
+#include "element.h"
+#include "size_expr.h"
+
+namespace coil::runtime {
+
+using detail::eval_size;
+using detail::SizeExpr;
+using loop::BufferId;
+using loop::BufferKind;
+using loop::ExternKind;
+
+namespace {
+
+// Where a buffer's base pointer comes from.
+struct Root {
+  enum Kind : uint8_t { Input, Storage, Rng, None } kind = None;
+  int index = -1;        // input position or storage id
+  BufferId buffer = -1;  // the root (non-View) buffer
+};
+
+// A strided window to materialize as a RuntimeTensor during a call.
+struct ViewSpec {
+  BufferId buffer = -1;
+  Root root;
+  DType dtype = DType::Float32;
+  SizeExpr offset;
+  std::vector<SizeExpr> sizes, strides;
+};
+
+struct Binding {
+  int input, dim;
+  bool stride;
+  int slot;
+};
+
+struct Check {
+  int input, dim;
+  bool stride;
+  SizeExpr expected;
+  std::string text;
+};
+
+struct RangeCheck {
+  int slot;
+  sym::Range range;
+  std::string name;
+};
+
+enum class Provider : uint8_t { Library, Host };
+
+struct ExternCall {
+  ExternKind kind;
+  Provider provider;
+  std::vector<ViewSpec> inputs, outputs;
+  std::vector<double> scalars;
+  std::vector<int64_t> ints;
+  kernels::ConvParams conv;
+  int graph_node = -1;
+  std::string op;
+  std::vector<bool> adoptable;  // per output: its storage holds only it (and its views)
+};
+
+struct StepOp {
+  enum Kind : uint8_t { Alloc, Free, Kernel, Extern } kind;
+  int index;  // storage id, kernel index, or extern index
+};
+
+std::string_view canonical_op(ExternKind k) {
+  switch (k) {
+    case ExternKind::Mm:
+      return "aten.mm.default";
+    case ExternKind::Bmm:
+      return "aten.bmm.default";
+    case ExternKind::Addmm:
+      return "aten.addmm.default";
+    case ExternKind::Convolution:
+      return "aten.convolution.default";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+struct Program::Impl {
+  // Inputs.
+  struct InputSpec {
+    DType dtype;
+    int rank;
+  };
+  std::vector<InputSpec> inputs;
+  std::vector<Binding> bindings;
+  std::vector<RangeCheck> ranges;
+  std::vector<Check> checks;
+  int num_slots = 0;
+  std::vector<detail::SizeCode> code;
+
+  // Buffers and storages.
+  int num_buffers = 0;
+  std::vector<std::pair<BufferId, int>> input_buffers;  // (buffer, input position)
+  std::vector<std::vector<BufferId>> storage_buffers;   // per storage
+  std::vector<SizeExpr> storage_bytes;
+  BufferId rng_state = -1;
+
+  // Steps.
+  std::vector<StepOp> steps;
+  std::vector<KernelFn> kernels;
+  std::vector<std::string> kernel_names;
+  std::vector<ExternCall> externs;
+  std::vector<ViewSpec> outputs;
+
+  std::shared_ptr<void> keep_alive;
+  FallbackFn fallback;
+  uint64_t seed = 0;
+  mutable std::atomic<uint64_t> run_count{0};
+
+  RuntimeTensor view(const ViewSpec& v, const std::vector<void*>& bufs, const int64_t* env,
+                     const std::vector<std::shared_ptr<void>>& storages,
+                     const std::vector<RuntimeTensor>& in) const {
+    RuntimeTensor t;
+    t.dtype = v.dtype;
+    size_t rank = v.sizes.size();
+    t.sizes.resize(rank);
+    t.strides.resize(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      t.sizes[d] = eval_size(v.sizes[d], env, code.data());
+      t.strides[d] = eval_size(v.strides[d], env, code.data());
+    }
+    int64_t off = eval_size(v.offset, env, code.data());
+    t.data = static_cast<char*>(bufs[v.buffer]) + off * dtype_size(v.dtype);
+    if (v.root.kind == Root::Storage) {
+      t.owner = storages[v.root.index];
+    } else if (v.root.kind == Root::Input) {
+      t.owner = in[v.root.index].owner;
+    }
+    return t;
+  }
+
+  void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
+                  std::vector<std::shared_ptr<void>>& storages,
+                  const std::vector<RuntimeTensor>& in) const;
+};
+
+Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                 std::vector<KernelFn> kernel_fns, std::shared_ptr<void> keep_alive,
+                 const CompileOptions& options, FallbackFn fallback)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
+  sym::Context& ctx = *program.ctx;
+  COIL_CHECK(kernel_fns.size() == schedule.kernels.size()) << "one function per kernel";
+  m.kernels = std::move(kernel_fns);
+  for (const auto& k : schedule.kernels) m.kernel_names.push_back(k.name);
+  m.keep_alive = std::move(keep_alive);
+  m.fallback = std::move(fallback);
+  m.num_buffers = static_cast<int>(program.buffers.size());
+  m.rng_state = program.rng_state;
+  if (options.seed >= 0) {
+    m.seed = static_cast<uint64_t>(options.seed);
+  } else {
+    std::random_device rd;
+    m.seed = (uint64_t{rd()} << 32) ^ rd();
+  }
+
+  // --- inputs: symbol slots, bindings, guards.
+  std::unordered_map<sym::Expr, int> slots;
+  auto slot_of = [&](sym::Expr s, int input, int dim, bool stride) {
+    auto it = slots.find(s);
+    if (it != slots.end()) return it->second;
+    int slot = m.num_slots++;
+    slots.emplace(s, slot);
+    m.bindings.push_back({input, dim, stride, slot});
+    m.ranges.push_back({slot, ctx.symbol_range(s), s->name});
+    return slot;
+  };
+  for (const auto& ss : program.size_symbols) {
+    int dim = ss.dim >= 0 ? ss.dim : -ss.dim - 1;
+    slot_of(ss.symbol, ss.input, dim, ss.dim < 0);
+  }
+  // The kernels' `sizes` are the first size_symbols.size() slots, in order.
+  for (size_t k = 0; k < program.size_symbols.size(); ++k)
+    COIL_CHECK(slots.at(program.size_symbols[k].symbol) == static_cast<int>(k))
+        << "size_symbols repeats a symbol";
+  m.inputs.resize(program.inputs.size());
+  std::vector<std::pair<int, int>> pending;  // (input, dim) exprs checked after binding
+  for (size_t p = 0; p < program.inputs.size(); ++p) {
+    const loop::Buffer& b = program.buffer(program.inputs[p]);
+    m.inputs[p] = {b.dtype, static_cast<int>(b.sizes.size())};
+    m.input_buffers.push_back({b.id, static_cast<int>(p)});
+    for (size_t d = 0; d < b.sizes.size(); ++d) {
+      if (b.sizes[d]->is_symbol())
+        slot_of(b.sizes[d], static_cast<int>(p), static_cast<int>(d), false);
+      if (b.strides[d]->is_symbol())
+        slot_of(b.strides[d], static_cast<int>(p), static_cast<int>(d), true);
+    }
+  }
+  detail::SizeCompiler sc(&slots);
+  for (size_t p = 0; p < program.inputs.size(); ++p) {
+    const loop::Buffer& b = program.buffer(program.inputs[p]);
+    for (size_t d = 0; d < b.sizes.size(); ++d) {
+      for (bool stride : {false, true}) {
+        sym::Expr e = stride ? b.strides[d] : b.sizes[d];
+        bool is_binding = false;
+        for (const auto& bd : m.bindings)
+          if (bd.input == static_cast<int>(p) && bd.dim == static_cast<int>(d) &&
+              bd.stride == stride)
+            is_binding = true;
+        if (is_binding) continue;
+        m.checks.push_back(
+            {static_cast<int>(p), static_cast<int>(d), stride, sc.compile(e), ctx.str(e)});
+      }
+    }
+  }
+
+  // --- buffers -> roots.
+  const auto& mem = schedule.memory;
+  auto root_of = [&](BufferId id) {
+    Root r;
+    BufferId b = id;
+    for (int guard = 0; program.buffer(b).kind == BufferKind::View; ++guard) {
+      COIL_CHECK(guard < 1000 && program.buffer(b).view_of >= 0) << "bad view chain";
+      b = program.buffer(b).view_of;
+    }
+    r.buffer = b;
+    const loop::Buffer& rb = program.buffer(b);
+    if (b == program.rng_state) {
+      r.kind = Root::Rng;
+    } else if (rb.kind == BufferKind::Input) {
+      r.kind = Root::Input;
+      r.index = rb.input_index;
+      if (r.index < 0)
+        for (size_t p = 0; p < program.inputs.size(); ++p)
+          if (program.inputs[p] == b) r.index = static_cast<int>(p);
+      COIL_CHECK(r.index >= 0) << "input buffer " << rb.name << " is not a graph input";
+    } else if (b < static_cast<BufferId>(mem.buffer_storage.size()) && mem.buffer_storage[b] >= 0) {
+      r.kind = Root::Storage;
+      r.index = mem.buffer_storage[b];
+    }
+    return r;
+  };
+  std::vector<Root> roots(program.buffers.size());
+  for (const auto& b : program.buffers) roots[b.id] = root_of(b.id);
+  m.input_buffers.clear();
+  m.storage_buffers.resize(mem.storage_bytes.size());
+  for (const auto& b : program.buffers) {
+    const Root& r = roots[b.id];
+    if (r.kind == Root::Input) m.input_buffers.push_back({b.id, r.index});
+    if (r.kind == Root::Storage) {
+      COIL_CHECK(r.index < static_cast<int>(mem.storage_bytes.size())) << "bad storage id";
+      m.storage_buffers[r.index].push_back(b.id);
+    }
+  }
+  for (sym::Expr e : mem.storage_bytes) m.storage_bytes.push_back(sc.compile(e));
+
+  auto spec = [&](BufferId id) {
+    const loop::Buffer& b = program.buffer(id);
+    ViewSpec v;
+    v.buffer = id;
+    v.root = roots[id];
+    v.dtype = b.dtype;
+    v.offset = sc.compile(b.offset);
+    for (sym::Expr e : b.sizes) v.sizes.push_back(sc.compile(e));
+    for (sym::Expr e : b.strides) v.strides.push_back(sc.compile(e));
+    COIL_CHECK(v.root.kind != Root::None) << "buffer " << b.name << " has no storage";
+    return v;
+  };
+
+  // --- outputs.
+  std::unordered_set<int> output_storages;
+  for (BufferId id : program.outputs) {
+    m.outputs.push_back(spec(id));
+    if (roots[id].kind == Root::Storage) output_storages.insert(roots[id].index);
+  }
+
+  // --- steps.
+  COIL_CHECK(mem.alloc_before.size() == schedule.order.size() &&
+             mem.free_after.size() == schedule.order.size())
+      << "memory plan does not match the schedule";
+  std::vector<bool> allocated(mem.storage_bytes.size(), false);
+  for (const auto& list : mem.alloc_before)
+    for (int s : list) allocated.at(s) = true;
+  for (size_t s = 0; s < allocated.size(); ++s)  // used but never planned: allocate up front
+    if (!allocated[s] && !m.storage_buffers[s].empty())
+      m.steps.push_back({StepOp::Alloc, static_cast<int>(s)});
+  const std::string provider = options.extern_provider;
+  COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library")
+      << "extern_provider must be auto, host or library, got '" << provider << "'";
+  for (size_t i = 0; i < schedule.order.size(); ++i) {
+    for (int s : mem.alloc_before[i]) m.steps.push_back({StepOp::Alloc, s});
+    const auto& st = schedule.order[i];
+    if (st.kind == sched::ScheduledStep::Kind::Kernel) {
+      COIL_CHECK(st.index >= 0 && st.index < static_cast<int>(m.kernels.size())) << "bad kernel";
+      m.steps.push_back({StepOp::Kernel, st.index});
+    } else {
+      const auto* node = std::get_if<loop::ExternNode>(&program.steps.at(st.index));
+      COIL_CHECK(node) << "extern step is not an ExternNode";
+      ExternCall call;
+      call.kind = node->kind;
+      call.scalars = node->scalars;
+      call.ints = node->ints;
+      call.graph_node = node->graph_node;
+      call.op = node->op;
+      for (BufferId b : node->inputs) call.inputs.push_back(spec(b));
+      for (BufferId b : node->outputs) {
+        call.outputs.push_back(spec(b));
+        const Root& r = roots[b];
+        bool exclusive = r.kind == Root::Storage && r.buffer == b;
+        if (exclusive)
+          for (BufferId o : m.storage_buffers[r.index])
+            if (roots[o].buffer != b) exclusive = false;
+        call.adoptable.push_back(exclusive);
+      }
+      bool has_host = static_cast<bool>(m.fallback) && node->graph_node >= 0;
+      bool host_ok =
+          has_host && (node->kind == ExternKind::Fallback ||
+                       (!canonical_op(node->kind).empty() && node->op == canonical_op(node->kind)));
+      bool library_ok = false;
+      switch (node->kind) {
+        case ExternKind::Mm:
+        case ExternKind::Bmm:
+          library_ok = call.inputs.size() == 2 && call.outputs.size() == 1;
+          break;
+        case ExternKind::Addmm:
+          library_ok = call.inputs.size() == 3 && call.outputs.size() == 1;
+          break;
+        case ExternKind::Convolution: {
+          int rank = static_cast<int>(call.inputs.empty() ? 0 : call.inputs[0].sizes.size());
+          if (rank >= 3 && (call.inputs.size() == 2 || call.inputs.size() == 3) &&
+              call.outputs.size() == 1) {
+            call.conv = kernels::ConvParams::from_ints(node->ints, rank - 2);
+            library_ok = kernels::convolution_supported(call.inputs[0].dtype, rank, call.conv);
+          }
+          break;
+        }
+        case ExternKind::IndexPut:
+          library_ok = call.inputs.size() >= 3 && call.outputs.size() == 1 && !node->ints.empty();
+          break;
+        case ExternKind::ScatterAdd:
+          library_ok = call.inputs.size() == 3 && call.outputs.size() == 1 && !node->ints.empty();
+          break;
+        case ExternKind::Fallback:
+          library_ok = false;
+          break;
+      }
+      COIL_USER_CHECK(library_ok || host_ok)
+          << "cannot run " << loop::extern_kind_name(node->kind) << " node (" << node->op
+          << "): no library kernel for it and no host fallback function";
+      bool prefer_host = provider == "host" || provider == "auto";
+      call.provider =
+          (host_ok && (prefer_host || !library_ok)) ? Provider::Host : Provider::Library;
+      m.externs.push_back(std::move(call));
+      m.steps.push_back({StepOp::Extern, static_cast<int>(m.externs.size()) - 1});
+    }
+    for (int s : mem.free_after[i])
+      if (!output_storages.count(s)) m.steps.push_back({StepOp::Free, s});
+  }
+  m.code = std::move(sc.code);
+}
+
+Program::~Program() = default;
+
+size_t Program::num_inputs() const { return impl_->inputs.size(); }
+size_t Program::num_outputs() const { return impl_->outputs.size(); }
+
+int Program::output_aliases_input(size_t k) const {
+  const ViewSpec& v = impl_->outputs.at(k);
+  return v.root.kind == Root::Input ? v.root.index : -1;
+}
+
+std::string Program::describe() const {
+  const Impl& m = *impl_;
+  std::ostringstream out;
+  for (const StepOp& s : m.steps) {
+    switch (s.kind) {
+      case StepOp::Alloc:
+        out << "alloc s" << s.index << "\n";
+        break;
+      case StepOp::Free:
+        out << "free s" << s.index << "\n";
+        break;
+      case StepOp::Kernel:
+        out << "kernel " << m.kernel_names[s.index] << "\n";
+        break;
+      case StepOp::Extern: {
+        const ExternCall& c = m.externs[s.index];
+        out << "extern " << loop::extern_kind_name(c.kind) << " " << c.op << " ("
+            << (c.provider == Provider::Host ? "host" : "library") << ")\n";
+        break;
+      }
+    }
+  }
+  return out.str();
+}
+
+namespace {
+
+[[noreturn]] void mismatch(int input, const std::string& what) {
+  throw InputMismatchError("coil: input " + std::to_string(input) + ": " + what);
+}
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
+                               std::vector<std::shared_ptr<void>>& storages,
+                               const std::vector<RuntimeTensor>& in) const {
+  std::vector<RuntimeTensor> ins;
+  ins.reserve(call.inputs.size());
+  for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
+  if (call.provider == Provider::Host) {
+    std::vector<RuntimeTensor> res = fallback(call.graph_node, ins);
+    if (res.size() != call.outputs.size())
+      throw std::runtime_error("coil: fallback for " + call.op + " returned " +
+                               std::to_string(res.size()) + " tensors, expected " +
+                               std::to_string(call.outputs.size()));
+    for (size_t k = 0; k < res.size(); ++k) {
+      const ViewSpec& spec = call.outputs[k];
+      RuntimeTensor dst = view(spec, bufs, env, storages, in);
+      const RuntimeTensor& r = res[k];
+      if (r.sizes != dst.sizes)
+        throw std::runtime_error("coil: fallback for " + call.op + " output " + std::to_string(k) +
+                                 " has sizes " + dims_text(r.sizes) + ", expected " +
+                                 dims_text(dst.sizes));
+      bool same_layout = r.dtype == dst.dtype && r.owner && call.adoptable[k] && r.data;
+      for (size_t d = 0; same_layout && d < r.sizes.size(); ++d)
+        if (r.sizes[d] > 1 && r.strides[d] != dst.strides[d]) same_layout = false;
+      if (same_layout && dst.data == bufs[spec.buffer]) {
+        // Adopt the host's result as the storage: no copy.
+        int s = spec.root.index;
+        storages[s] = r.owner;
+        for (BufferId b : storage_buffers[s]) bufs[b] = r.data;
+      } else {
+        kernels::copy(r, dst);
+      }
+    }
+    return;
+  }
+  std::vector<RuntimeTensor> outs;
+  for (const auto& v : call.outputs) outs.push_back(view(v, bufs, env, storages, in));
+  switch (call.kind) {
+    case ExternKind::Mm:
+    case ExternKind::Bmm:
+      kernels::matmul(ins[0], ins[1], outs[0]);
+      return;
+    case ExternKind::Addmm: {
+      double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
+      double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
+      kernels::matmul(ins[1], ins[2], outs[0], &ins[0], beta, alpha);
+      return;
+    }
+    case ExternKind::Convolution:
+      kernels::convolution(ins[0], ins[1], ins.size() > 2 ? &ins[2] : nullptr, call.conv, outs[0]);
+      return;
+    case ExternKind::IndexPut: {
+      size_t k = ins.size() - 2;
+      std::vector<RuntimeTensor> idx(ins.begin() + 1, ins.begin() + 1 + k);
+      std::vector<int64_t> dims;
+      if (call.ints.size() > 1) {
+        dims.assign(call.ints.begin() + 1, call.ints.end());
+      } else {
+        for (size_t j = 0; j < k; ++j) dims.push_back(static_cast<int64_t>(j));
+      }
+      kernels::index_put(ins[0], idx, dims, ins.back(), call.ints[0] != 0, outs[0]);
+      return;
+    }
+    case ExternKind::ScatterAdd:
+      kernels::scatter_add(ins[0], call.ints[0], ins[1], ins[2], outs[0]);
+      return;
+    case ExternKind::Fallback:
+      break;
+  }
+  COIL_INTERNAL_ERROR() << "extern " << call.op << " has no library path";
+}
+
+std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) const {
+  const Impl& m = *impl_;
+  if (in.size() != m.inputs.size())
+    throw InputMismatchError("coil: expected " + std::to_string(m.inputs.size()) + " inputs, got " +
+                             std::to_string(in.size()));
+  for (size_t p = 0; p < in.size(); ++p) {
+    const RuntimeTensor& t = in[p];
+    if (t.dtype != m.inputs[p].dtype)
+      mismatch(static_cast<int>(p), "expected dtype " + std::string(dtype_name(m.inputs[p].dtype)) +
+                                        ", got " + std::string(dtype_name(t.dtype)));
+    if (static_cast<int>(t.sizes.size()) != m.inputs[p].rank || t.strides.size() != t.sizes.size())
+      mismatch(static_cast<int>(p), "expected rank " + std::to_string(m.inputs[p].rank) + ", got " +
+                                        std::to_string(t.sizes.size()));
+    if (t.device != Device::CPU) mismatch(static_cast<int>(p), "expected a cpu tensor");
+  }
+  // Size symbols.
+  int64_t env_small[16];
+  std::vector<int64_t> env_big;
+  int64_t* env = env_small;
+  if (m.num_slots > 16) {
+    env_big.resize(m.num_slots);
+    env = env_big.data();
+  }
+  for (const Binding& b : m.bindings) {
+    const RuntimeTensor& t = in[b.input];
+    env[b.slot] = b.stride ? t.strides[b.dim] : t.sizes[b.dim];
+  }
+  for (const RangeCheck& r : m.ranges) {
+    int64_t v = env[r.slot];
+    if (!r.range.contains(v)) {
+      const Binding* b = nullptr;
+      for (const Binding& x : m.bindings)
+        if (x.slot == r.slot) b = &x;
+      mismatch(b->input, (b->stride ? "stride " : "size ") + std::to_string(v) + " of dim " +
+                             std::to_string(b->dim) + " (symbol " + r.name +
+                             ") is outside the compiled range [" + std::to_string(r.range.lo) +
+                             ", " + std::to_string(r.range.hi) + "]");
+    }
+  }
+  for (const Check& c : m.checks) {
+    const RuntimeTensor& t = in[c.input];
+    if (c.stride && t.sizes[c.dim] <= 1) continue;  // any stride for size-0/1 dims
+    int64_t got = c.stride ? t.strides[c.dim] : t.sizes[c.dim];
+    int64_t want = eval_size(c.expected, env, m.code.data());
+    if (got != want)
+      mismatch(c.input, std::string(c.stride ? "stride" : "size") + " of dim " +
+                            std::to_string(c.dim) + " is " + std::to_string(got) +
+                            ", compiled for " + c.text + " = " + std::to_string(want) + " (sizes " +
+                            dims_text(t.sizes) + ", strides " + dims_text(t.strides) + ")");
+  }
+  // Buffers.
+  std::vector<void*> bufs(m.num_buffers, nullptr);
+  for (const auto& [b, p] : m.input_buffers) bufs[b] = in[p].data;
+  int64_t rng[2] = {0, 0};
+  if (m.rng_state >= 0) {
+    // Fresh numbers every call: the lowering reads only the seed (offsets are compile-time),
+    // so the seed itself advances, derived from the base seed and the call count.
+    uint64_t n = m.run_count.fetch_add(1, std::memory_order_relaxed);
+    rng[0] = static_cast<int64_t>(splitmix64(m.seed ^ splitmix64(n)) >> 1);
+    rng[1] = static_cast<int64_t>(n << 32);
+    bufs[m.rng_state] = rng;
+  }
+  std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
+  Allocator& alloc = Allocator::global();
+  for (const StepOp& s : m.steps) {
+    switch (s.kind) {
+      case StepOp::Alloc: {
+        int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
+        storages[s.index] = alloc.allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
+        void* p = storages[s.index].get();
+        for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
+        break;
+      }
+      case StepOp::Free:
+        storages[s.index].reset();
+        break;
+      case StepOp::Kernel:
+        m.kernels[s.index](bufs.data(), env);
+        break;
+      case StepOp::Extern:
+        m.run_extern(m.externs[s.index], bufs, env, storages, in);
+        break;
+    }
+  }
+  std::vector<RuntimeTensor> out;
+  out.reserve(m.outputs.size());
+  for (const ViewSpec& v : m.outputs) out.push_back(m.view(v, bufs, env, storages, in));
+  return out;
+}
+
+}  // namespace coil::runtime
