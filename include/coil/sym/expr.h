@@ -82,6 +82,8 @@ class Context {
   // The symbol with this name; created on first use with range `range`. Asking again returns
   // the same Expr (and does not change its range; use set_range).
   Expr symbol(std::string_view name, Range range = Range{});
+  // Simplification uses the ranges in force when an expression is built (built expressions are
+  // not revisited), so set ranges before building; bounds() always uses the current ranges.
   void set_range(Expr symbol, Range range);
   Range symbol_range(Expr symbol) const;
   // Declares 0 <= symbol < upper for a loop index whose extent is symbolic (`upper` is an
