@@ -18,9 +18,11 @@
 
 #include "coil/lower/lowering.h"
 #include "coil/support/error.h"
+#include "family_util.h"
 
 namespace coil::lower {
-namespace {
+
+namespace detail {
 
 using loop::Body;
 using loop::BodyBuilder;
@@ -28,40 +30,6 @@ using loop::Instr;
 using loop::InstrId;
 using loop::InstrKind;
 using sym::Expr;
-
-DType out_dtype(const Node& node, size_t k = 0) { return node.output(k)->meta().dtype; }
-
-int graph_position(const LoweringContext& ctx, const Node& node) {
-  const auto& nodes = ctx.graph().nodes();
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    if (nodes[k] == &node) return static_cast<int>(k);
-  }
-  return -1;
-}
-
-int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {
-  const Arg* a = node.arg(i, name);
-  if (a == nullptr || a->is_none()) return def;
-  return a->as_int();
-}
-
-bool bool_arg(const Node& node, size_t i, std::string_view name, bool def) {
-  const Arg* a = node.arg(i, name);
-  if (a == nullptr || a->is_none()) return def;
-  return a->as_int() != 0;
-}
-
-// A boolean instruction for a 0/1-valued sym expression.
-InstrId cond_instr(BodyBuilder& b, Expr e) {
-  return b.cast(b.index_expr(e, DType::Int64), DType::Bool);
-}
-
-// Conjunction of 0/1 sym expressions.
-Expr all_of(sym::Context& c, const std::vector<Expr>& conds) {
-  Expr r = c.one();
-  for (Expr e : conds) r = c.mul(r, e);
-  return r;
-}
 
 // v's element at `index`, with every load it performs masked by `mask` (a Bool instruction):
 // where the mask is false no memory is touched and the loads read 0.
@@ -121,6 +89,12 @@ InstrId load_or(BodyBuilder& b, sym::Context& c, const TensorValue& v,
   return b.op(InstrKind::Where, t, m, x, b.cast(other, t));
 }
 
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
 // A fresh indirect-index symbol bound to integer value `v` (wrapped into [0, size) when
 // `wrap_negative`), with range [0, size - 1] when size is known.
 Expr indirect_index(LoweringContext& ctx, BodyBuilder& b, InstrId v, Expr size,
@@ -138,17 +112,6 @@ Expr indirect_index(LoweringContext& ctx, BodyBuilder& b, InstrId v, Expr size,
   if (sr.hi < sym::kMaxSize && sr.hi >= 1) c.set_range(t, sym::Range{0, sr.hi - 1});
   b.indirect(v, t);
   return t;
-}
-
-TensorValue cast_value(LoweringContext& ctx, const TensorValue& v, DType dtype) {
-  if (v.dtype == dtype) return v;
-  Loader inner = v.load;
-  return ctx.pointwise(
-      dtype, v.sizes,
-      [inner, dtype](BodyBuilder& b, const std::vector<Expr>& idx) {
-        return b.cast(inner(b, idx), dtype_compute(dtype));
-      },
-      v.inline_cost + 1, v.inline_reads);
 }
 
 std::vector<const TensorValue*> tensor_list(LoweringContext& ctx, const Arg* a) {
@@ -482,14 +445,6 @@ std::vector<TensorValue> lower_slice_scatter(LoweringContext& ctx, const Node& n
 }
 
 // --- extern kernels: index_put, scatter, scatter_add, embedding_dense_backward
-
-loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node, loop::ExternKind kind) {
-  loop::ExternNode e;
-  e.kind = kind;
-  e.graph_node = graph_position(ctx, node);
-  e.op = node.op();
-  return e;
-}
 
 // IndexPut: inputs {self, index_0..index_{k-1}, values}, ints {accumulate, dim_0..dim_{k-1}}.
 TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const TensorValue& self,

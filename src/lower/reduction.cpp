@@ -12,10 +12,12 @@
 
 #include "coil/lower/lowering.h"
 #include "coil/support/error.h"
+#include "family_util.h"
 
 namespace coil::lower {
 namespace {
 
+using namespace detail;
 using loop::BodyBuilder;
 using loop::InstrId;
 using loop::InstrKind;
@@ -35,14 +37,6 @@ std::optional<std::vector<int64_t>> int_list_arg(const Node& node, size_t i,
   }
   return out;
 }
-
-bool bool_arg(const Node& node, size_t i, std::string_view name, bool def) {
-  const Arg* a = node.arg(i, name);
-  if (a == nullptr || a->is_none()) return def;
-  return a->as_int() != 0;
-}
-
-DType out_dtype(const Node& node, size_t k) { return node.output(k)->meta().dtype; }
 
 // Which dims of the input are reduced, and the resulting shapes.
 struct ReducePlan {
@@ -99,18 +93,6 @@ ReducePlan plan_reduction(LoweringContext& ctx, const std::vector<Expr>& sizes,
 
 Expr numel_of(LoweringContext& ctx, const std::vector<Expr>& sizes) {
   return ctx.ctx().product(sizes);
-}
-
-// A lazy cast of `v` to `dtype` (v itself when it already has that dtype).
-TensorValue cast_value(LoweringContext& ctx, const TensorValue& v, DType dtype) {
-  if (v.dtype == dtype) return v;
-  Loader inner = v.load;
-  return ctx.pointwise(
-      dtype, v.sizes,
-      [inner, dtype](BodyBuilder& b, const std::vector<Expr>& idx) {
-        return b.cast(inner(b, idx), dtype);
-      },
-      v.inline_cost + 1, v.inline_reads);
 }
 
 // Reduces `x` (each element mapped by `pre`, which receives the loaded and converted value) with

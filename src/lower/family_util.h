@@ -1,0 +1,93 @@
+// Private helpers of the reduction / index / linalg / pool lowering families (src/lower only).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "coil/lower/lowering.h"
+#include "coil/support/error.h"
+
+namespace coil::lower::detail {
+
+inline DType out_dtype(const Node& node, size_t k = 0) { return node.output(k)->meta().dtype; }
+
+inline int graph_position(const LoweringContext& ctx, const Node& node) {
+  const auto& nodes = ctx.graph().nodes();
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k] == &node) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+// An ExternNode of `kind` for `node` (graph_node and op set).
+inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
+                                   loop::ExternKind kind) {
+  loop::ExternNode e;
+  e.kind = kind;
+  e.graph_node = graph_position(ctx, node);
+  e.op = node.op();
+  return e;
+}
+
+inline int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {
+  const Arg* a = node.arg(i, name);
+  if (a == nullptr || a->is_none()) return def;
+  return a->as_int();
+}
+
+inline bool bool_arg(const Node& node, size_t i, std::string_view name, bool def) {
+  const Arg* a = node.arg(i, name);
+  if (a == nullptr || a->is_none()) return def;
+  return a->as_int() != 0;
+}
+
+// An int or int-list argument as a list (empty when absent or None).
+inline std::vector<int64_t> ints_arg(const Node& node, size_t i, std::string_view name) {
+  const Arg* a = node.arg(i, name);
+  std::vector<int64_t> out;
+  if (a == nullptr || a->is_none()) return out;
+  if (a->is_list()) {
+    for (const Arg& e : a->list()) out.push_back(e.as_int());
+  } else {
+    out.push_back(a->as_int());
+  }
+  return out;
+}
+
+// A lazy conversion of `v` to `dtype` (v itself when it already has that dtype).
+inline TensorValue cast_value(LoweringContext& ctx, const TensorValue& v, DType dtype) {
+  if (v.dtype == dtype) return v;
+  Loader inner = v.load;
+  return ctx.pointwise(
+      dtype, v.sizes,
+      [inner, dtype](loop::BodyBuilder& b, const std::vector<sym::Expr>& idx) {
+        return b.cast(inner(b, idx), dtype_compute(dtype));
+      },
+      v.inline_cost + 1, v.inline_reads);
+}
+
+// A Bool instruction for a 0/1-valued sym expression.
+inline loop::InstrId cond_instr(loop::BodyBuilder& b, sym::Expr e) {
+  return b.cast(b.index_expr(e, DType::Int64), DType::Bool);
+}
+
+// Conjunction of 0/1 sym expressions.
+inline sym::Expr all_of(sym::Context& c, const std::vector<sym::Expr>& conds) {
+  sym::Expr r = c.one();
+  for (sym::Expr e : conds) r = c.mul(r, e);
+  return r;
+}
+
+// v's element at `index`, with every load it performs masked by `mask` (a Bool instruction):
+// where the mask is false no memory is touched and the loads read 0 (Inductor's ops.masked).
+// The element is built in a scratch body and copied into `b`'s body with the masks applied.
+loop::InstrId masked_load(loop::BodyBuilder& b, const TensorValue& v,
+                          const std::vector<sym::Expr>& index, loop::InstrId mask);
+
+// where(mask, v[index] (masked loads), other); a plain load when `mask_expr` is provably true,
+// `other` when provably false. The result has v's compute dtype.
+loop::InstrId load_or(loop::BodyBuilder& b, sym::Context& c, const TensorValue& v,
+                      const std::vector<sym::Expr>& index, sym::Expr mask_expr,
+                      loop::InstrId other);
+
+}  // namespace coil::lower::detail

@@ -1,0 +1,356 @@
+// Linear-algebra lowerings: mm, bmm, addmm, matmul (the shapes that survive decomposition),
+// dot, mv and convolution as ExternNodes (conventions in runtime/extern_kernels.h and
+// loop/program.h). Extern inputs go through LoweringContext::as_buffer: a strided window
+// (e.g. a transposed or sliced input) is passed in place, anything else is realized first.
+// Vector products (dot, mv, matmul with a 1-d operand) are sum reductions instead.
+#include <optional>
+#include <vector>
+
+#include "coil/graph/tensor_meta.h"
+#include "coil/lower/lowering.h"
+#include "coil/lower/realize.h"
+#include "coil/support/error.h"
+#include "family_util.h"
+
+namespace coil::lower {
+namespace {
+
+using namespace detail;
+using loop::BodyBuilder;
+using loop::BufferId;
+using loop::ExternKind;
+using loop::ExternNode;
+using loop::InstrId;
+using loop::InstrKind;
+using sym::Expr;
+
+// Runs a matmul-like extern with `inputs` producing a new buffer of `sizes`.
+BufferId run_extern(LoweringContext& ctx, const Node& node, ExternKind kind,
+                    const std::vector<TensorValue>& inputs, DType dt, std::vector<Expr> sizes,
+                    std::vector<double> scalars = {}) {
+  ExternNode e = extern_for(ctx, node, kind);
+  for (const TensorValue& v : inputs) e.inputs.push_back(ctx.as_buffer(cast_value(ctx, v, dt)));
+  BufferId out = ctx.new_buffer(dt, std::move(sizes));
+  e.outputs = {out};
+  e.scalars = std::move(scalars);
+  ctx.add_extern(std::move(e));
+  return out;
+}
+
+std::vector<TensorValue> lower_mm(LoweringContext& ctx, const Node& node) {
+  const TensorValue& a = ctx.arg_value(node, 0, "self");
+  const TensorValue& b = ctx.arg_value(node, 1, "mat2");
+  COIL_USER_CHECK(a.sizes.size() == 2 && b.sizes.size() == 2) << "mm: 2-d operands expected";
+  BufferId out =
+      run_extern(ctx, node, ExternKind::Mm, {a, b}, out_dtype(node), {a.sizes[0], b.sizes[1]});
+  return {ctx.from_buffer(out)};
+}
+
+std::vector<TensorValue> lower_bmm(LoweringContext& ctx, const Node& node) {
+  const TensorValue& a = ctx.arg_value(node, 0, "self");
+  const TensorValue& b = ctx.arg_value(node, 1, "mat2");
+  COIL_USER_CHECK(a.sizes.size() == 3 && b.sizes.size() == 3) << "bmm: 3-d operands expected";
+  BufferId out = run_extern(ctx, node, ExternKind::Bmm, {a, b}, out_dtype(node),
+                            {a.sizes[0], a.sizes[1], b.sizes[2]});
+  return {ctx.from_buffer(out)};
+}
+
+double scalar_arg(const Node& node, size_t i, std::string_view name, double def) {
+  const Arg* a = node.arg(i, name);
+  if (a == nullptr || a->is_none()) return def;
+  return a->as_double();
+}
+
+// addmm(self, mat1, mat2, *, beta=1, alpha=1): Addmm inputs {bias, a, b}, scalars {beta, alpha};
+// the bias is passed as is (broadcastable to [M, N]; the kernel broadcasts it).
+std::vector<TensorValue> lower_addmm(LoweringContext& ctx, const Node& node) {
+  const TensorValue& bias = ctx.arg_value(node, 0, "self");
+  const TensorValue& a = ctx.arg_value(node, 1, "mat1");
+  const TensorValue& b = ctx.arg_value(node, 2, "mat2");
+  COIL_USER_CHECK(a.sizes.size() == 2 && b.sizes.size() == 2) << "addmm: 2-d operands expected";
+  COIL_USER_CHECK(bias.sizes.size() <= 2) << "addmm: bias of rank > 2";
+  double beta = scalar_arg(node, 3, "beta", 1.0);
+  double alpha = scalar_arg(node, 4, "alpha", 1.0);
+  BufferId out = run_extern(ctx, node, ExternKind::Addmm, {bias, a, b}, out_dtype(node),
+                            {a.sizes[0], b.sizes[1]}, {beta, alpha});
+  return {ctx.from_buffer(out)};
+}
+
+// sum_k a(out, k) * b(out, k) over k < kdim, as a realized reduction.
+TensorValue contract(LoweringContext& ctx, DType dt, std::vector<Expr> out_sizes, Expr kdim,
+                     Loader la, Loader lb,
+                     std::function<std::vector<Expr>(const std::vector<Expr>&, Expr)> ia,
+                     std::function<std::vector<Expr>(const std::vector<Expr>&, Expr)> ib) {
+  DType acc = dtype_compute(dt);
+  return ctx.reduce(loop::ReduceKind::Sum, dt, std::move(out_sizes), {kdim},
+                    [=](BodyBuilder& b, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+                      InstrId x = b.cast(la(b, ia(o, r[0])), acc);
+                      InstrId y = b.cast(lb(b, ib(o, r[0])), acc);
+                      return b.op(InstrKind::Mul, acc, x, y);
+                    });
+}
+
+std::vector<TensorValue> lower_dot(LoweringContext& ctx, const Node& node) {
+  const TensorValue& a = ctx.arg_value(node, 0, "self");
+  const TensorValue& b = ctx.arg_value(node, 1, "tensor");
+  COIL_USER_CHECK(a.sizes.size() == 1 && b.sizes.size() == 1) << "dot: 1-d operands expected";
+  auto id = [](const std::vector<Expr>&, Expr k) { return std::vector<Expr>{k}; };
+  return {contract(ctx, out_dtype(node), {}, a.sizes[0], a.load, b.load, id, id)};
+}
+
+std::vector<TensorValue> lower_mv(LoweringContext& ctx, const Node& node) {
+  const TensorValue& a = ctx.arg_value(node, 0, "self");
+  const TensorValue& v = ctx.arg_value(node, 1, "vec");
+  COIL_USER_CHECK(a.sizes.size() == 2 && v.sizes.size() == 1) << "mv: 2-d and 1-d expected";
+  return {contract(
+      ctx, out_dtype(node), {a.sizes[0]}, a.sizes[1], a.load, v.load,
+      [](const std::vector<Expr>& o, Expr k) {
+        return std::vector<Expr>{o[0], k};
+      },
+      [](const std::vector<Expr>&, Expr k) { return std::vector<Expr>{k}; })};
+}
+
+// `v` with dims [first, last] merged into one: a strided window when the strides allow it (no
+// copy), else a lazy value that unravels the merged index.
+TensorValue merge_dims(LoweringContext& ctx, const TensorValue& v, size_t first, size_t last) {
+  sym::Context& c = ctx.ctx();
+  std::vector<Expr> part(v.sizes.begin() + first, v.sizes.begin() + last + 1);
+  std::vector<Expr> sizes(v.sizes.begin(), v.sizes.begin() + first);
+  sizes.push_back(c.product(part));
+  sizes.insert(sizes.end(), v.sizes.begin() + last + 1, v.sizes.end());
+  sym::Context* cx = &c;
+  Loader inner = v.load;
+  auto unravel = [cx, part, first](const std::vector<Expr>& idx) {
+    sym::Context& c = *cx;
+    std::vector<Expr> full(idx.begin(), idx.begin() + first);
+    std::vector<Expr> sub(part.size());
+    Expr rem = idx[first];
+    for (size_t k = part.size(); k-- > 0;) {
+      if (k == 0) {
+        sub[k] = rem;
+      } else {
+        sub[k] = c.mod(rem, part[k]);
+        rem = c.floordiv(rem, part[k]);
+      }
+    }
+    full.insert(full.end(), sub.begin(), sub.end());
+    full.insert(full.end(), idx.begin() + first + 1, idx.end());
+    return full;
+  };
+  TensorValue out = ctx.pointwise(
+      v.dtype, sizes,
+      [inner, unravel](BodyBuilder& b, const std::vector<Expr>& idx) {
+        return inner(b, unravel(idx));
+      },
+      v.inline_cost + 2, v.inline_reads);
+  if (v.strided) {
+    const auto& st = v.strided->strides;
+    bool ok = true;
+    for (size_t k = first; k < last; ++k) {
+      if (c.as_const(v.sizes[k + 1]) == 1) continue;
+      ok = ok && c.provably_eq(st[k], c.mul(st[k + 1], v.sizes[k + 1]));
+    }
+    // Size-1 dims inside the block: their stride is irrelevant, but the check above needs the
+    // next non-trivial stride; keep it simple and only accept blocks without size-1 dims.
+    for (size_t k = first; k <= last && ok; ++k) ok = c.as_const(v.sizes[k]) != 1;
+    if (ok) {
+      StridedRef s = *v.strided;
+      std::vector<Expr> ns(st.begin(), st.begin() + first);
+      ns.push_back(st[last]);
+      ns.insert(ns.end(), st.begin() + last + 1, st.end());
+      s.strides = ns;
+      out.strided = s;
+      out.inline_cost = 1;
+    }
+  }
+  return out;
+}
+
+// A buffer of sizes `flat` (row-major) read as `sizes` (same number of elements, row-major).
+TensorValue reshape_buffer(LoweringContext& ctx, BufferId buf, const std::vector<Expr>& sizes) {
+  sym::Context& c = ctx.ctx();
+  TensorValue base = ctx.from_buffer(buf);
+  const std::vector<Expr> flat = base.sizes;
+  sym::Context* cx = &c;
+  Loader inner = base.load;
+  TensorValue out = ctx.pointwise(
+      base.dtype, sizes,
+      [inner, flat, sizes, cx](BodyBuilder& b, const std::vector<Expr>& idx) {
+        sym::Context& c = *cx;
+        Expr lin = c.zero();
+        for (size_t k = 0; k < sizes.size(); ++k) lin = c.add(c.mul(lin, sizes[k]), idx[k]);
+        std::vector<Expr> fi(flat.size());
+        for (size_t k = flat.size(); k-- > 0;) {
+          if (k == 0) {
+            fi[k] = lin;
+          } else {
+            fi[k] = c.mod(lin, flat[k]);
+            lin = c.floordiv(lin, flat[k]);
+          }
+        }
+        return inner(b, fi);
+      },
+      1, 1);
+  StridedRef s = *base.strided;
+  s.strides = contiguous_strides(c, sizes);
+  out.strided = s;
+  return out;
+}
+
+// matmul.default for what reaches lowering: 1-d cases as reductions, 2-d @ 2-d as Mm, n-d @ 2-d
+// folded into one Mm, batched cases (broadcast batch dims) as Bmm.
+std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const Node& node) {
+  sym::Context& c = ctx.ctx();
+  const TensorValue& a = ctx.arg_value(node, 0, "self");
+  const TensorValue& b = ctx.arg_value(node, 1, "other");
+  DType dt = out_dtype(node);
+  const size_t ra = a.sizes.size(), rb = b.sizes.size();
+  COIL_USER_CHECK(ra >= 1 && rb >= 1) << "matmul: operands must be at least 1-d";
+  if (ra == 1 && rb == 1) {
+    auto id = [](const std::vector<Expr>&, Expr k) { return std::vector<Expr>{k}; };
+    return {contract(ctx, dt, {}, a.sizes[0], a.load, b.load, id, id)};
+  }
+  if (ra == 2 && rb == 1) {
+    return {contract(
+        ctx, dt, {a.sizes[0]}, a.sizes[1], a.load, b.load,
+        [](const std::vector<Expr>& o, Expr k) {
+          return std::vector<Expr>{o[0], k};
+        },
+        [](const std::vector<Expr>&, Expr k) { return std::vector<Expr>{k}; })};
+  }
+  if (ra == 1 && rb == 2) {
+    return {contract(
+        ctx, dt, {b.sizes[1]}, a.sizes[0], a.load, b.load,
+        [](const std::vector<Expr>&, Expr k) { return std::vector<Expr>{k}; },
+        [](const std::vector<Expr>& o, Expr k) {
+          return std::vector<Expr>{k, o[0]};
+        })};
+  }
+  if (ra == 2 && rb == 2) {
+    return {ctx.from_buffer(
+        run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], b.sizes[1]}))};
+  }
+  std::vector<Expr> out_sizes = node.output(0)->meta().sizes;
+  if (ra >= 3 && rb == 2) {
+    // [..., M, K] @ [K, N]: one Mm over the merged leading dims.
+    TensorValue a2 = merge_dims(ctx, a, 0, ra - 2);
+    BufferId out = run_extern(ctx, node, ExternKind::Mm, {a2, b}, dt, {a2.sizes[0], b.sizes[1]});
+    return {reshape_buffer(ctx, out, out_sizes)};
+  }
+  // Batched: promote 1-d operands to matrices, broadcast the batch dims, flatten them.
+  TensorValue am = a, bm = b;
+  sym::Context* cx = &c;
+  if (ra == 1) {
+    Loader l = a.load;
+    am = ctx.pointwise(a.dtype, {c.one(), a.sizes[0]},
+                       [l](BodyBuilder& bb, const std::vector<Expr>& i) { return l(bb, {i[1]}); });
+  }
+  if (rb == 1) {
+    Loader l = b.load;
+    bm = ctx.pointwise(b.dtype, {b.sizes[0], c.one()},
+                       [l](BodyBuilder& bb, const std::vector<Expr>& i) { return l(bb, {i[0]}); });
+  }
+  std::vector<Expr> ba(am.sizes.begin(), am.sizes.end() - 2);
+  std::vector<Expr> bb(bm.sizes.begin(), bm.sizes.end() - 2);
+  std::vector<Expr> batch = broadcast_shapes(c, ba, bb);
+  Expr nb = c.product(batch);
+  Expr m = am.sizes[am.sizes.size() - 2], n = bm.sizes.back();
+  auto batched = [&](const TensorValue& v, const std::vector<Expr>& vb) {
+    Loader l = v.load;
+    std::vector<Expr> bsh = batch;
+    return ctx.pointwise(
+        v.dtype, {nb, v.sizes[v.sizes.size() - 2], v.sizes.back()},
+        [l, bsh, vb, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+          sym::Context& c = *cx;
+          std::vector<Expr> bi(bsh.size());
+          Expr rem = i[0];
+          for (size_t q = bsh.size(); q-- > 0;) {
+            if (q == 0) {
+              bi[q] = rem;
+            } else {
+              bi[q] = c.mod(rem, bsh[q]);
+              rem = c.floordiv(rem, bsh[q]);
+            }
+          }
+          std::vector<Expr> src = broadcast_index(c, vb, bi);
+          src.push_back(i[1]);
+          src.push_back(i[2]);
+          return l(b, src);
+        },
+        v.inline_cost + 2, v.inline_reads);
+  };
+  // Operands whose batch dims already have the broadcast shape merge them (in place when the
+  // strides allow); the others are expanded and copied.
+  TensorValue a3 =
+      !ba.empty() && ba == batch ? merge_dims(ctx, am, 0, ba.size() - 1) : batched(am, ba);
+  TensorValue b3 =
+      !bb.empty() && bb == batch ? merge_dims(ctx, bm, 0, bb.size() - 1) : batched(bm, bb);
+  BufferId out = run_extern(ctx, node, ExternKind::Bmm, {a3, b3}, dt, {nb, m, n});
+  return {reshape_buffer(ctx, out, out_sizes)};
+}
+
+// convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+// groups): Convolution inputs {input, weight, (bias)}, ints {stride[nd], padding[nd],
+// dilation[nd], transposed, output_padding[nd], groups}, nd = rank(input) - 2. Lists given
+// with one element apply to every spatial dim. The output takes the graph's (dense) strides, so
+// a channels-last convolution stays channels-last.
+std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& node) {
+  const TensorValue& input = ctx.arg_value(node, 0, "input");
+  const TensorValue& weight = ctx.arg_value(node, 1, "weight");
+  const Arg* bias = node.arg(2, "bias");
+  const size_t rank = input.sizes.size();
+  COIL_USER_CHECK(rank >= 3) << "convolution: input must be at least 3-d (batched)";
+  const size_t nd = rank - 2;
+  auto list = [&](size_t i, std::string_view name, int64_t def) {
+    std::vector<int64_t> out;
+    const Arg* a = node.arg(i, name);
+    if (a != nullptr && a->is_list()) {
+      for (const Arg& e : a->list()) out.push_back(e.as_int());
+    } else if (a != nullptr && !a->is_none()) {
+      out.push_back(a->as_int());
+    }
+    if (out.empty()) out.push_back(def);
+    if (out.size() == 1) out.resize(nd, out[0]);
+    COIL_USER_CHECK(out.size() == nd) << "convolution: " << name << " has the wrong length";
+    return out;
+  };
+  std::vector<int64_t> stride = list(3, "stride", 1), padding = list(4, "padding", 0),
+                       dilation = list(5, "dilation", 1),
+                       output_padding = list(7, "output_padding", 0);
+  const Arg* tr = node.arg(6, "transposed");
+  bool transposed = tr != nullptr && !tr->is_none() && tr->as_int() != 0;
+  const Arg* g = node.arg(8, "groups");
+  int64_t groups = (g == nullptr || g->is_none()) ? 1 : g->as_int();
+  DType dt = out_dtype(node);
+  ExternNode e = extern_for(ctx, node, ExternKind::Convolution);
+  e.inputs = {ctx.as_buffer(cast_value(ctx, input, dt)),
+              ctx.as_buffer(cast_value(ctx, weight, dt))};
+  if (bias != nullptr && bias->is_value()) {
+    e.inputs.push_back(ctx.as_buffer(cast_value(ctx, ctx.value(bias->value()), dt)));
+  }
+  for (const auto* v : {&stride, &padding, &dilation})
+    e.ints.insert(e.ints.end(), v->begin(), v->end());
+  e.ints.push_back(transposed ? 1 : 0);
+  e.ints.insert(e.ints.end(), output_padding.begin(), output_padding.end());
+  e.ints.push_back(groups);
+  const TensorMeta& meta = node.output(0)->meta();
+  BufferId out = ctx.new_buffer(dt, meta.sizes);
+  ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), meta);
+  e.outputs = {out};
+  ctx.add_extern(std::move(e));
+  return {ctx.from_buffer(out)};
+}
+
+}  // namespace
+
+void register_linalg_lowerings(LoweringRegistry& r) {
+  r.add("aten.mm.default", lower_mm);
+  r.add("aten.bmm.default", lower_bmm);
+  r.add("aten.addmm.default", lower_addmm);
+  r.add("aten.dot.default", lower_dot);
+  r.add("aten.mv.default", lower_mv);
+  r.add("aten.matmul.default", lower_matmul);
+  r.add("aten.convolution.default", lower_convolution);
+}
+
+}  // namespace coil::lower
