@@ -1,0 +1,290 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "coil/sched/schedule.h"
+#include "test_programs.h"
+
+namespace coil::testing {
+namespace {
+
+using sched::Schedule;
+
+std::string golden_path(const std::string& name) {
+  return std::string(COIL_SOURCE_DIR) + "/tests/golden/sched/" + name + ".txt";
+}
+
+// Compares against tests/golden/sched/<name>.txt (COIL_UPDATE_GOLDEN=1 rewrites it).
+void expect_golden(const std::string& name, const std::string& text) {
+  std::string path = golden_path(name);
+  if (std::getenv("COIL_UPDATE_GOLDEN")) {
+    std::ofstream(path) << text;
+    return;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing golden " << path << "; run with COIL_UPDATE_GOLDEN=1";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), text) << "golden " << path;
+}
+
+std::string full_text(const loop::LoopProgram& p, const Schedule& s) {
+  return sched::print_schedule(p, s) + "--- fusion log\n" + s.fusion_log;
+}
+
+loop::BufferId root(const loop::LoopProgram& p, loop::BufferId b) {
+  while (p.buffer(b).kind == loop::BufferKind::View) b = p.buffer(b).view_of;
+  return b;
+}
+
+// Independent check of a memory plan: every materialized intermediate has a storage that is
+// allocated before and not freed until after each use; two buffers share a storage only with
+// disjoint lifetimes; outputs are never freed; every step appears once in the order.
+void check_memory_plan(const loop::LoopProgram& p, const Schedule& s) {
+  const auto& m = s.memory;
+  ASSERT_EQ(m.buffer_storage.size(), p.buffers.size());
+  ASSERT_EQ(m.alloc_before.size(), s.order.size());
+  ASSERT_EQ(m.free_after.size(), s.order.size());
+  std::set<int> locals;
+  for (const auto& k : s.kernels) locals.insert(k.local_buffers.begin(), k.local_buffers.end());
+  std::vector<int> seen_steps(p.steps.size(), 0);
+  std::map<int, int> first_use, last_use;  // buffer -> order index
+  std::set<int> live, ever;
+  for (size_t t = 0; t < s.order.size(); ++t) {
+    for (int sid : m.alloc_before[t]) {
+      EXPECT_FALSE(ever.count(sid)) << "storage" << sid << " allocated twice";
+      live.insert(sid);
+      ever.insert(sid);
+    }
+    std::vector<int> steps = s.order[t].kind == sched::ScheduledStep::Kind::Kernel
+                                 ? s.kernels[s.order[t].index].steps
+                                 : std::vector<int>{s.order[t].index};
+    std::vector<int> used;
+    for (int st : steps) {
+      seen_steps[st]++;
+      if (auto* n = std::get_if<loop::ComputeNode>(&p.steps[st])) {
+        used.push_back(n->out);
+        for (const auto& in : n->body.instrs) {
+          if (in.kind == loop::InstrKind::Load) used.push_back(root(p, in.buffer));
+        }
+      } else {
+        const auto& e = std::get<loop::ExternNode>(p.steps[st]);
+        for (auto b : e.inputs) used.push_back(root(p, b));
+        for (auto b : e.outputs) used.push_back(b);
+      }
+    }
+    for (int b : used) {
+      if (p.buffer(b).kind != loop::BufferKind::Intermediate || locals.count(b)) continue;
+      int sid = m.buffer_storage[b];
+      ASSERT_GE(sid, 0) << p.buffer(b).name << " has no storage";
+      EXPECT_TRUE(live.count(sid))
+          << p.buffer(b).name << " used while storage" << sid << " is not live (step " << t << ")";
+      if (!first_use.count(b)) first_use[b] = static_cast<int>(t);
+      last_use[b] = static_cast<int>(t);
+    }
+    for (int sid : m.free_after[t]) {
+      EXPECT_TRUE(live.erase(sid)) << "storage" << sid << " freed while not live";
+    }
+  }
+  for (size_t st = 0; st < p.steps.size(); ++st) EXPECT_EQ(seen_steps[st], 1) << "step " << st;
+  for (auto b : locals) EXPECT_EQ(m.buffer_storage[b], -1);
+  for (auto o : p.outputs) {
+    int sid = m.buffer_storage[root(p, o)];
+    if (sid < 0) continue;
+    EXPECT_TRUE(live.count(sid)) << "output storage" << sid << " was freed";
+    for (auto& [b, f] : first_use) {
+      if (b != root(p, o) && m.buffer_storage[b] == sid) {
+        ADD_FAILURE() << "output " << p.buffer(o).name << " shares storage with "
+                      << p.buffer(b).name;
+      }
+    }
+  }
+  for (auto& [a, fa] : first_use) {
+    for (auto& [b, fb] : first_use) {
+      if (a < b && m.buffer_storage[a] == m.buffer_storage[b]) {
+        bool disjoint = last_use[a] < fb || last_use[b] < fa;
+        EXPECT_TRUE(disjoint) << p.buffer(a).name << " and " << p.buffer(b).name
+                              << " share a storage while both live";
+      }
+    }
+  }
+}
+
+TEST(Schedule, SoftmaxIsOneKernelWithLocals) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(8), b.c(16));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].steps, (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(s.kernels[0].outer_ranges.size(), 1u);
+  EXPECT_EQ(s.kernels[0].outer_ranges[0], b.c(8));
+  EXPECT_EQ(s.kernels[0].local_buffers, (std::vector<int>{1, 2}));
+  EXPECT_NE(s.fusion_log.find("fused buf2 into kernel0 (vertical, reduction+reduction"),
+            std::string::npos)
+      << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("fused buf3 into kernel0 (vertical, reduction+pointwise"),
+            std::string::npos)
+      << s.fusion_log;
+  check_memory_plan(b.p, s);
+  EXPECT_EQ(s.memory.storage_bytes.size(), 1u);  // only the output is materialized
+  expect_golden("softmax", full_text(b.p, s));
+}
+
+TEST(Schedule, SymbolicSoftmax) {
+  ProgramBuilder b;
+  Expr s0 = b.size_symbol("s0", 0, 0), s1 = b.size_symbol("s1", 0, 1);
+  build_softmax(b, s0, s1);
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);
+  check_memory_plan(b.p, s);
+  expect_golden("softmax_symbolic", full_text(b.p, s));
+}
+
+TEST(Schedule, LayerNormIsOneKernel) {
+  ProgramBuilder b;
+  build_layer_norm(b, b.c(8), b.c(32));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].steps.size(), 3u);
+  EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);
+  check_memory_plan(b.p, s);
+  expect_golden("layer_norm", full_text(b.p, s));
+}
+
+TEST(Schedule, PointwiseChainIsOneKernel) {
+  ProgramBuilder b;
+  build_pointwise_chain(b, b.c(64), b.c(256));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].outer_ranges.size(), 2u);
+  EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);  // x*2 and exp are never materialized
+  check_memory_plan(b.p, s);
+  expect_golden("pointwise_chain", full_text(b.p, s));
+}
+
+TEST(Schedule, IndependentReductionsFuseHorizontally) {
+  ProgramBuilder b;
+  build_independent_reductions(b, b.c(8), b.c(16));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].steps.size(), 5u);
+  EXPECT_TRUE(s.kernels[0].local_buffers.empty());  // all are outputs
+  EXPECT_NE(s.fusion_log.find("fused buf2 into kernel0 (horizontal, reduction+reduction"),
+            std::string::npos)
+      << s.fusion_log;
+  check_memory_plan(b.p, s);
+  expect_golden("independent_reductions", full_text(b.p, s));
+}
+
+TEST(Schedule, TransposesDoNotFuseAndReuseMemory) {
+  ProgramBuilder b;
+  build_transposes(b, b.c(8), b.c(16));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 4u) << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("not fused buf2 into kernel0: outer ranges [8, 16] vs [16, 8]"),
+            std::string::npos)
+      << s.fusion_log;
+  check_memory_plan(b.p, s);
+  const auto& m = s.memory;
+  // a (buf1) is dead after kernel1; u (buf3) has its size and takes its storage.
+  EXPECT_EQ(m.buffer_storage[1], m.buffer_storage[3]);
+  // The output (buf4) gets its own storage, never freed.
+  EXPECT_NE(m.buffer_storage[4], m.buffer_storage[2]);
+  EXPECT_NE(m.buffer_storage[4], m.buffer_storage[1]);
+  EXPECT_EQ(m.storage_bytes.size(), 3u);
+  expect_golden("transposes", full_text(b.p, s));
+}
+
+TEST(Schedule, SquareTransposeRejectedByOuterPoint) {
+  ProgramBuilder b;
+  build_transposes(b, b.c(16), b.c(16));
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  EXPECT_EQ(s.kernels.size(), 4u) << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("not at the kernel's outer point"), std::string::npos)
+      << s.fusion_log;
+  check_memory_plan(b.p, s);
+  expect_golden("transposes_square", full_text(b.p, s));
+}
+
+TEST(Schedule, NoFusionWhenDisabled) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(8), b.c(16));
+  CompileOptions o;
+  o.fuse = false;
+  Schedule s = sched::schedule_program(b.p, o);
+  EXPECT_EQ(s.kernels.size(), 3u);
+  for (const auto& k : s.kernels) EXPECT_TRUE(k.local_buffers.empty());
+  check_memory_plan(b.p, s);
+}
+
+TEST(Schedule, CycleThroughExternIsRejected) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr R = b.c(8), C = b.c(16);
+  auto x = b.input(f, {R, C});
+  auto a = b.buffer(f, {R, C});
+  b.node(a, {R, C}, {nullptr, nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Mul, f, bb.load(x, f, {i[0], i[1]}), bb.constant(2, f));
+  });
+  auto e = b.buffer(f, {R, C});
+  loop::ExternNode ext;
+  ext.kind = loop::ExternKind::Fallback;
+  ext.op = "aten.cumsum";
+  ext.inputs = {a};
+  ext.outputs = {e};
+  b.p.steps.push_back(ext);
+  auto out = b.buffer(f, {R, C});
+  b.node(
+      out, {R, C}, {nullptr, nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+        return bb.op(InstrKind::Add, f, bb.load(a, f, {i[0], i[1]}), bb.load(e, f, {i[0], i[1]}));
+      });
+  b.p.outputs = {out};
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  ASSERT_EQ(s.kernels.size(), 2u) << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("would create a cycle through extern fallback (step 1)"),
+            std::string::npos)
+      << s.fusion_log;
+  ASSERT_EQ(s.order.size(), 3u);
+  EXPECT_EQ(s.order[1].kind, sched::ScheduledStep::Kind::Extern);
+  check_memory_plan(b.p, s);
+  expect_golden("extern_cycle", full_text(b.p, s));
+}
+
+TEST(Schedule, ViewOfOutputKeepsBaseAlive) {
+  // a = x + 1 (intermediate) ; v = view of a (output) ; a must never be freed.
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr N = b.c(32);
+  auto x = b.input(f, {N});
+  auto a = b.buffer(f, {N});
+  b.node(a, {N}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Add, f, bb.load(x, f, {i[0]}), bb.constant(1, f));
+  });
+  loop::Buffer v;
+  v.kind = loop::BufferKind::View;
+  v.view_of = a;
+  v.dtype = f;
+  v.sizes = {b.c(16)};
+  v.strides = {b.c(2)};
+  auto vid = b.p.add_buffer(v);
+  auto c = b.buffer(f, {N});
+  b.node(c, {N}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Exp, f, bb.load(a, f, {i[0]}));
+  });
+  b.p.outputs = {vid, c};
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  check_memory_plan(b.p, s);
+  EXPECT_TRUE(s.kernels[0].local_buffers.empty());  // a is aliased by an output view
+  for (const auto& fr : s.memory.free_after) {
+    for (int sid : fr) EXPECT_NE(sid, s.memory.buffer_storage[a]);
+  }
+}
+
+}  // namespace
+}  // namespace coil::testing
