@@ -1,7 +1,832 @@
+// Pointwise lowerings: elementwise math with PyTorch's type promotion and broadcasting, dtype
+// conversions, copies, and the random pointwise ops.
+#include <cmath>
+#include <numbers>
+#include <optional>
+#include <string>
+
+#include "coil/graph/tensor_meta.h"
 #include "coil/lower/lowering.h"
+#include "coil/support/error.h"
 
 namespace coil::lower {
 
-void register_pointwise_lowerings(LoweringRegistry& r) {}
+namespace {
+
+using loop::BodyBuilder;
+using loop::InstrId;
+using loop::InstrKind;
+
+// One input of a pointwise op: a tensor or a scalar (Python number or symbolic int).
+struct Operand {
+  enum Kind { Tensor, Float, Int, Bool, Sym } kind = Float;
+  TensorValue t;
+  double f = 0;
+  int64_t i = 0;
+  sym::Expr s = nullptr;
+
+  bool is_tensor() const { return kind == Tensor; }
+  // The scalar's own dtype (for promotion: floats count as the default dtype).
+  DType scalar_dtype() const {
+    switch (kind) {
+      case Float:
+        return DType::Float32;
+      case Bool:
+        return DType::Bool;
+      default:
+        return DType::Int64;
+    }
+  }
+  DType dtype() const { return is_tensor() ? t.dtype : scalar_dtype(); }
+};
+
+Operand scalar_operand(double v) {
+  Operand o;
+  o.kind = Operand::Float;
+  o.f = v;
+  return o;
+}
+
+Operand arg_operand(LoweringContext& lc, const Node& node, size_t i, std::string_view name) {
+  const Arg* a = node.arg(i, name);
+  COIL_USER_CHECK(a != nullptr) << node.op() << ": missing argument " << i << " " << name;
+  Operand o;
+  if (a->is_value()) {
+    o.kind = Operand::Tensor;
+    o.t = lc.value(a->value());
+  } else if (a->is_double()) {
+    o.kind = Operand::Float;
+    o.f = a->as_double();
+  } else if (a->is_bool()) {
+    o.kind = Operand::Bool;
+    o.i = a->as_int();
+    o.f = static_cast<double>(o.i);
+  } else if (a->is_int()) {
+    o.kind = Operand::Int;
+    o.i = a->as_int();
+    o.f = static_cast<double>(o.i);
+  } else if (a->is_sym()) {
+    sym::Expr e = std::get<sym::Expr>(a->v);
+    if (e->is_const()) {
+      o.kind = Operand::Int;
+      o.i = e->value;
+      o.f = static_cast<double>(o.i);
+    } else {
+      o.kind = Operand::Sym;
+      o.s = e;
+    }
+  } else {
+    COIL_UNSUPPORTED() << node.op() << ": argument " << i << " is not a tensor or a number";
+  }
+  return o;
+}
+
+bool has_arg(const Node& node, size_t i, std::string_view name) {
+  const Arg* a = node.arg(i, name);
+  return a != nullptr && !a->is_none();
+}
+
+int category(DType t) { return t == DType::Bool ? 0 : dtype_is_floating(t) ? 2 : 1; }
+
+// PyTorch's result_type: dim>0 tensors, then 0-dim tensors, then scalars, each group only
+// raising the category (c10 combine_categories).
+DType result_type(const std::vector<const Operand*>& ops) {
+  std::optional<DType> dim_r, zero_r, wrapped_r;
+  auto upd = [](std::optional<DType>& r, DType t) { r = r ? dtype_promote(*r, t) : t; };
+  for (const Operand* o : ops) {
+    if (o->is_tensor()) {
+      upd(o->t.sizes.empty() ? zero_r : dim_r, o->t.dtype);
+    } else {
+      upd(wrapped_r, o->scalar_dtype());
+    }
+  }
+  auto combine = [](std::optional<DType> higher,
+                    std::optional<DType> lower) -> std::optional<DType> {
+    if (!higher) return lower;
+    if (!lower) return higher;
+    if (dtype_is_floating(*higher)) return higher;
+    if (*higher == DType::Bool || dtype_is_floating(*lower)) return dtype_promote(*higher, *lower);
+    return higher;
+  };
+  auto r = combine(dim_r, combine(zero_r, wrapped_r));
+  COIL_CHECK(r.has_value()) << "result_type of no operands";
+  return *r;
+}
+
+DType int_to_float(DType t) { return dtype_is_floating(t) ? t : DType::Float32; }
+
+// Loads operand `o` at `index` (of the broadcast shape) converted to `ct`.
+InstrId load_operand(BodyBuilder& b, sym::Context& c, const Operand& o, DType ct,
+                     const std::vector<sym::Expr>& index) {
+  switch (o.kind) {
+    case Operand::Tensor:
+      return b.cast(o.t.load(b, broadcast_index(c, o.t.sizes, index)), ct);
+    case Operand::Float:
+      return b.constant(o.f, ct);
+    case Operand::Int:
+    case Operand::Bool:
+      return b.cast(b.int_constant(o.i, o.kind == Operand::Bool ? DType::Bool : DType::Int64), ct);
+    case Operand::Sym:
+      return b.cast(b.index_expr(o.s, DType::Int64), ct);
+  }
+  return -1;
+}
+
+using Fn = std::function<InstrId(BodyBuilder& b, const std::vector<InstrId>& x)>;
+
+// The pointwise value out_dtype[broadcast shape] = fn(operands loaded as `compute`).
+TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType compute,
+                           DType out_dtype, Fn fn, int cost = 1) {
+  sym::Context& c = lc.ctx();
+  std::vector<sym::Expr> sizes;
+  int total_cost = cost, reads = 0;
+  for (const Operand& o : ops) {
+    if (!o.is_tensor()) continue;
+    sizes = broadcast_shapes(c, sizes, o.t.sizes);
+    total_cost += o.t.inline_cost;
+    reads += o.t.inline_reads;
+  }
+  DType result_compute = dtype_compute(out_dtype);
+  Loader load = [ops = std::move(ops), compute, result_compute, fn = std::move(fn), &c](
+                    BodyBuilder& b, const std::vector<sym::Expr>& index) {
+    std::vector<InstrId> x;
+    x.reserve(ops.size());
+    for (const Operand& o : ops) x.push_back(load_operand(b, c, o, compute, index));
+    return b.cast(fn(b, x), result_compute);
+  };
+  TensorValue tv = lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads);
+  return tv;
+}
+
+// ---- registration helpers
+
+using Family = std::function<std::vector<TensorValue>(LoweringContext&, const Node&)>;
+
+InstrId un(BodyBuilder& b, InstrKind k, InstrId x) { return b.op(k, b.dtype(x), x); }
+InstrId bin(BodyBuilder& b, InstrKind k, InstrId x, InstrId y) { return b.op(k, b.dtype(x), x, y); }
+InstrId cst(BodyBuilder& b, double v, InstrId like) { return b.constant(v, b.dtype(like)); }
+
+// Unary float math: ints promote to the default float dtype.
+void unary_float(LoweringRegistry& r, const std::string& name, InstrKind k) {
+  r.add("aten." + name + ".default", [k](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    DType out = int_to_float(x.dtype());
+    return std::vector<TensorValue>{make_pointwise(
+        lc, {x}, dtype_compute(out), out,
+        [k](BodyBuilder& b, const std::vector<InstrId>& v) { return un(b, k, v[0]); })};
+  });
+}
+
+// Unary, same dtype; `int_identity`: the op is the identity on integers (floor, round, ...).
+void unary_same(LoweringRegistry& r, const std::string& name, InstrKind k, bool int_identity) {
+  r.add("aten." + name + ".default", [k, int_identity](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    DType out = x.dtype();
+    bool identity = int_identity && !dtype_is_floating(out);
+    return std::vector<TensorValue>{
+        make_pointwise(lc, {x}, dtype_compute(out), out,
+                       [k, identity](BodyBuilder& b, const std::vector<InstrId>& v) {
+                         return identity ? v[0] : un(b, k, v[0]);
+                       })};
+  });
+}
+
+// Binary with default promotion, computed in the common dtype.
+TensorValue binary_value(LoweringContext& lc, Operand a, Operand b, InstrKind k,
+                         bool int_to_float_result = false) {
+  DType common = result_type({&a, &b});
+  if (int_to_float_result) common = int_to_float(common);
+  DType ct = dtype_compute(common);
+  return make_pointwise(
+      lc, {std::move(a), std::move(b)}, ct, common,
+      [k, ct](BodyBuilder& bb, const std::vector<InstrId>& v) { return bb.op(k, ct, v[0], v[1]); });
+}
+
+void binary(LoweringRegistry& r, const std::vector<std::string>& ops, InstrKind k,
+            bool int_to_float_result = false) {
+  for (const std::string& op : ops) {
+    r.add(op, [k, int_to_float_result](LoweringContext& lc, const Node& n) {
+      return std::vector<TensorValue>{binary_value(lc, arg_operand(lc, n, 0, "self"),
+                                                   arg_operand(lc, n, 1, "other"), k,
+                                                   int_to_float_result)};
+    });
+  }
+}
+
+// Comparisons: promote, compare, bool result.
+void compare(LoweringRegistry& r, const std::string& name, InstrKind k) {
+  for (const char* ov : {".Tensor", ".Scalar"}) {
+    r.add("aten." + name + ov, [k](LoweringContext& lc, const Node& n) {
+      Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
+      DType ct = dtype_compute(result_type({&a, &b}));
+      return std::vector<TensorValue>{make_pointwise(
+          lc, {a, b}, ct, DType::Bool, [k](BodyBuilder& bb, const std::vector<InstrId>& v) {
+            return bb.op(k, DType::Bool, v[0], v[1]);
+          })};
+    });
+  }
+}
+
+double scalar_arg(const Node& n, size_t i, std::string_view name, double def) {
+  const Arg* a = n.arg(i, name);
+  if (a == nullptr || a->is_none()) return def;
+  return a->as_double();
+}
+
+// add/sub with alpha: a + alpha * b (sub: a - alpha * b).
+TensorValue add_sub(LoweringContext& lc, const Node& n, bool sub, bool reverse) {
+  Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
+  if (reverse) std::swap(a, b);
+  DType common = result_type({&a, &b});
+  const Arg* alpha_arg = n.arg(2, "alpha");
+  std::optional<Operand> alpha;
+  if (alpha_arg && !alpha_arg->is_none()) {
+    alpha = alpha_arg->is_double() ? scalar_operand(alpha_arg->as_double()) : Operand{};
+    if (!alpha_arg->is_double()) {
+      alpha->kind = Operand::Int;
+      alpha->i = alpha_arg->as_int();
+      alpha->f = static_cast<double>(alpha->i);
+    }
+    COIL_USER_CHECK(dtype_is_floating(common) || alpha->kind != Operand::Float)
+        << n.op() << ": a float alpha needs a floating result";
+    if (alpha->kind != Operand::Float && alpha->i == 1) alpha.reset();
+    if (alpha && alpha->kind == Operand::Float && alpha->f == 1.0) alpha.reset();
+  }
+  DType ct = dtype_compute(common);
+  COIL_USER_CHECK(!(sub && common == DType::Bool)) << n.op() << ": subtraction of bools";
+  std::vector<Operand> ops = {a, b};
+  if (alpha) ops.push_back(*alpha);
+  bool has_alpha = alpha.has_value();
+  return make_pointwise(lc, std::move(ops), ct, common,
+                        [sub, ct, has_alpha](BodyBuilder& bb, const std::vector<InstrId>& v) {
+                          InstrId y = has_alpha ? bb.op(InstrKind::Mul, ct, v[2], v[1]) : v[1];
+                          if (ct == DType::Bool) return bb.op(InstrKind::LogicalOr, ct, v[0], y);
+                          return bb.op(sub ? InstrKind::Sub : InstrKind::Add, ct, v[0], y);
+                        });
+}
+
+TensorValue div_value(LoweringContext& lc, const Node& n, Operand a, Operand b) {
+  const Arg* mode_arg = n.arg(2, "rounding_mode");
+  std::string mode;
+  if (mode_arg && !mode_arg->is_none()) mode = std::get<std::string>(mode_arg->v);
+  if (mode.empty()) return binary_value(lc, std::move(a), std::move(b), InstrKind::Div, true);
+  COIL_USER_CHECK(mode == "trunc" || mode == "floor") << n.op() << ": rounding_mode " << mode;
+  DType common = result_type({&a, &b});
+  DType ct = dtype_compute(common);
+  bool fp = dtype_is_floating(common);
+  bool trunc = mode == "trunc";
+  return make_pointwise(
+      lc, {a, b}, ct, common, [fp, trunc, ct](BodyBuilder& bb, const std::vector<InstrId>& v) {
+        if (!fp) {
+          return bb.op(trunc ? InstrKind::TruncDiv : InstrKind::FloorDiv, ct, v[0], v[1]);
+        }
+        InstrId q = bb.op(InstrKind::Div, ct, v[0], v[1]);
+        if (trunc) return bb.op(InstrKind::Trunc, ct, q);
+        return bb.op(InstrKind::FloorDiv, ct, v[0], v[1]);
+      });
+}
+
+// Where(cond, a, b) with the result type of a and b.
+TensorValue where_value(LoweringContext& lc, Operand cond, Operand a, Operand b,
+                        std::optional<DType> force = std::nullopt) {
+  DType common = force ? *force : result_type({&a, &b});
+  DType ct = dtype_compute(common);
+  return make_pointwise(lc, {cond, a, b}, ct, common,
+                        [ct](BodyBuilder& bb, const std::vector<InstrId>& v) {
+                          InstrId c = bb.cast(v[0], DType::Bool);
+                          return bb.op(InstrKind::Where, ct, c, v[1], v[2]);
+                        });
+}
+
+// Loads tensor operands in their own dtypes (for conditions), scalars as `ct`.
+TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
+                            std::vector<DType> load_types, DType out, Fn fn, int cost = 1) {
+  // Wrap each operand's loader so it converts to its own load type.
+  sym::Context& c = lc.ctx();
+  std::vector<sym::Expr> sizes;
+  int total_cost = cost, reads = 0;
+  for (const Operand& o : ops) {
+    if (!o.is_tensor()) continue;
+    sizes = broadcast_shapes(c, sizes, o.t.sizes);
+    total_cost += o.t.inline_cost;
+    reads += o.t.inline_reads;
+  }
+  DType rc = dtype_compute(out);
+  Loader load = [ops = std::move(ops), load_types = std::move(load_types), fn = std::move(fn), rc,
+                 &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
+    std::vector<InstrId> x;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      x.push_back(load_operand(b, c, ops[k], load_types[k], index));
+    }
+    return b.cast(fn(b, x), rc);
+  };
+  return lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
+}
+
+std::optional<DType> dtype_kwarg(const Node& n, size_t pos, std::string_view name) {
+  const Arg* a = n.arg(pos, name);
+  if (a == nullptr || a->is_none()) return std::nullopt;
+  const DType* d = std::get_if<DType>(&a->v);
+  COIL_USER_CHECK(d != nullptr) << n.op() << ": " << name << " is not a dtype";
+  return *d;
+}
+
+// A copy of `v` converted to `dtype` that never aliases v's storage.
+TensorValue converted(LoweringContext& lc, const TensorValue& v, DType dtype) {
+  Operand o;
+  o.kind = Operand::Tensor;
+  o.t = v;
+  TensorValue r = make_pointwise(
+      lc, {o}, dtype_compute(v.dtype), dtype,
+      [](BodyBuilder&, const std::vector<InstrId>& x) { return x[0]; }, 0);
+  r.device = v.device;
+  return r;
+}
+
+// Row-major linear index of `index` in `sizes`.
+sym::Expr linear_index(sym::Context& c, const std::vector<sym::Expr>& sizes,
+                       const std::vector<sym::Expr>& index) {
+  std::vector<sym::Expr> strides = contiguous_strides(c, sizes);
+  sym::Expr e = c.zero();
+  for (size_t k = 0; k < sizes.size(); ++k) e = c.add(e, c.mul(index[k], strides[k]));
+  return e;
+}
+
+// Uniform [0, 1) numbers of `sizes` (float32 compute).
+TensorValue uniform(LoweringContext& lc, std::vector<sym::Expr> sizes, DType dtype) {
+  sym::Context& c = lc.ctx();
+  sym::Expr base = lc.reserve_rng_offsets(numel(c, sizes));
+  Loader load = [&lc, &c, sizes, base, dtype](BodyBuilder& b, const std::vector<sym::Expr>& index) {
+    InstrId seed = lc.rng_seed(b);
+    InstrId r = b.rand(seed, c.add(base, linear_index(c, sizes, index)), false);
+    return b.cast(r, dtype_compute(dtype));
+  };
+  return lc.pointwise(dtype, std::move(sizes), std::move(load), 4, 1);
+}
+
+InstrId gelu_body(BodyBuilder& b, InstrId x, bool tanh_approx) {
+  DType t = b.dtype(x);
+  auto c = [&](double v) { return b.constant(v, t); };
+  InstrId half_x = b.op(InstrKind::Mul, t, c(0.5), x);
+  InstrId inner;
+  if (tanh_approx) {
+    InstrId x3 = b.op(InstrKind::Mul, t, b.op(InstrKind::Mul, t, x, x), x);
+    InstrId s = b.op(InstrKind::Add, t, x, b.op(InstrKind::Mul, t, c(0.044715), x3));
+    inner =
+        b.op(InstrKind::Tanh, t, b.op(InstrKind::Mul, t, c(std::sqrt(2.0 / std::numbers::pi)), s));
+  } else {
+    inner = b.op(InstrKind::Erf, t, b.op(InstrKind::Mul, t, x, c(std::numbers::sqrt2 / 2)));
+  }
+  return b.op(InstrKind::Mul, t, half_x, b.op(InstrKind::Add, t, c(1.0), inner));
+}
+
+InstrId gelu_backward_body(BodyBuilder& b, InstrId g, InstrId x, bool tanh_approx) {
+  DType t = b.dtype(x);
+  auto c = [&](double v) { return b.constant(v, t); };
+  auto mul = [&](InstrId p, InstrId q) { return b.op(InstrKind::Mul, t, p, q); };
+  auto add = [&](InstrId p, InstrId q) { return b.op(InstrKind::Add, t, p, q); };
+  if (!tanh_approx) {
+    InstrId cdf =
+        mul(c(0.5), add(c(1.0), b.op(InstrKind::Erf, t, mul(x, c(std::numbers::sqrt2 / 2)))));
+    InstrId pdf = mul(b.op(InstrKind::Exp, t, mul(c(-0.5), mul(x, x))),
+                      c(1.0 / std::sqrt(2.0 * std::numbers::pi)));
+    return mul(g, add(cdf, mul(x, pdf)));
+  }
+  double beta = std::sqrt(2.0 / std::numbers::pi), kappa = 0.044715;
+  InstrId x2 = mul(x, x);
+  InstrId inner = mul(c(beta), add(x, mul(c(kappa), mul(x2, x))));
+  InstrId th = b.op(InstrKind::Tanh, t, inner);
+  InstrId left = mul(c(0.5), x);
+  InstrId right = add(c(1.0), th);
+  InstrId left_d = mul(c(0.5), right);
+  InstrId one_minus = b.op(InstrKind::Sub, t, c(1.0), mul(th, th));
+  InstrId inner_d = mul(c(beta), add(c(1.0), mul(c(3.0 * kappa), x2)));
+  InstrId right_d = mul(mul(left, one_minus), inner_d);
+  return mul(g, add(left_d, right_d));
+}
+
+std::string str_arg(const Node& n, size_t i, std::string_view name, std::string def) {
+  const Arg* a = n.arg(i, name);
+  if (a == nullptr || a->is_none()) return def;
+  const std::string* s = std::get_if<std::string>(&a->v);
+  COIL_USER_CHECK(s != nullptr) << n.op() << ": " << name << " is not a string";
+  return *s;
+}
+
+std::vector<TensorValue> one(TensorValue v) { return {std::move(v)}; }
+
+Operand tensor_operand(const TensorValue& v) {
+  Operand o;
+  o.kind = Operand::Tensor;
+  o.t = v;
+  return o;
+}
+
+}  // namespace
+
+void register_pointwise_lowerings(LoweringRegistry& r) {
+  // ---- arithmetic
+  for (const char* ov : {".Tensor", ".Scalar"}) {
+    r.add(std::string("aten.add") + ov,
+          [](LoweringContext& lc, const Node& n) { return one(add_sub(lc, n, false, false)); });
+    r.add(std::string("aten.sub") + ov,
+          [](LoweringContext& lc, const Node& n) { return one(add_sub(lc, n, true, false)); });
+    r.add(std::string("aten.rsub") + ov,
+          [](LoweringContext& lc, const Node& n) { return one(add_sub(lc, n, true, true)); });
+    r.add(std::string("aten.div") + ov, [](LoweringContext& lc, const Node& n) {
+      return one(div_value(lc, n, arg_operand(lc, n, 0, "self"), arg_operand(lc, n, 1, "other")));
+    });
+    r.add(std::string("aten.div") + ov + "_mode", [](LoweringContext& lc, const Node& n) {
+      return one(div_value(lc, n, arg_operand(lc, n, 0, "self"), arg_operand(lc, n, 1, "other")));
+    });
+  }
+  auto mul_fn = [](LoweringContext& lc, const Node& n) {
+    Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
+    bool is_bool = result_type({&a, &b}) == DType::Bool;
+    return one(binary_value(lc, a, b, is_bool ? InstrKind::LogicalAnd : InstrKind::Mul));
+  };
+  r.add("aten.mul.Tensor", mul_fn);
+  r.add("aten.mul.Scalar", mul_fn);
+  binary(r, {"aten.maximum.default"}, InstrKind::Maximum);
+  binary(r, {"aten.minimum.default"}, InstrKind::Minimum);
+  binary(r, {"aten.fmod.Tensor", "aten.fmod.Scalar"}, InstrKind::Fmod);
+  binary(r, {"aten.remainder.Tensor", "aten.remainder.Scalar"}, InstrKind::Remainder);
+  binary(r, {"aten.atan2.default"}, InstrKind::Atan2, true);
+  binary(r, {"aten.hypot.default"}, InstrKind::Hypot);
+  binary(r, {"aten.copysign.Tensor", "aten.copysign.Scalar"}, InstrKind::CopySign, true);
+  binary(r, {"aten.floor_divide.default", "aten.floor_divide.Scalar"}, InstrKind::FloorDiv);
+  binary(r, {"aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar"}, InstrKind::BitwiseAnd);
+  binary(r, {"aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar"}, InstrKind::BitwiseOr);
+  binary(r, {"aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar"}, InstrKind::BitwiseXor);
+  binary(r, {"aten.bitwise_left_shift.Tensor", "aten.__lshift__.Scalar"}, InstrKind::ShiftLeft);
+  binary(r, {"aten.bitwise_right_shift.Tensor", "aten.__rshift__.Scalar"}, InstrKind::ShiftRight);
+
+  // ---- pow
+  auto pow_fn = [](LoweringContext& lc, const Node& n) {
+    Operand a = arg_operand(lc, n, 0, "self"), e = arg_operand(lc, n, 1, "exponent");
+    DType common = result_type({&a, &e});
+    DType ct = dtype_compute(common);
+    if (a.is_tensor() && !e.is_tensor() && e.kind != Operand::Sym) {
+      double ev = e.f;
+      if (ev == 1.0)
+        return one(make_pointwise(
+            lc, {a}, ct, common, [](BodyBuilder&, auto& v) { return v[0]; }, 0));
+      if (ev == 2.0) {
+        return one(make_pointwise(lc, {a}, ct, common, [ct](BodyBuilder& b, auto& v) {
+          return b.op(InstrKind::Mul, ct, v[0], v[0]);
+        }));
+      }
+      if (ev == 0.5 && dtype_is_floating(common)) {
+        return one(make_pointwise(lc, {a}, ct, common, [ct](BodyBuilder& b, auto& v) {
+          return b.op(InstrKind::Sqrt, ct, v[0]);
+        }));
+      }
+    }
+    return one(make_pointwise(lc, {a, e}, ct, common, [ct](BodyBuilder& b, auto& v) {
+      return b.op(InstrKind::Pow, ct, v[0], v[1]);
+    }));
+  };
+  r.add("aten.pow.Tensor_Scalar", pow_fn);
+  r.add("aten.pow.Tensor_Tensor", pow_fn);
+  r.add("aten.pow.Scalar", pow_fn);
+
+  // ---- unary
+  unary_same(r, "neg", InstrKind::Neg, false);
+  unary_same(r, "abs", InstrKind::Abs, false);
+  unary_same(r, "floor", InstrKind::Floor, true);
+  unary_same(r, "ceil", InstrKind::Ceil, true);
+  unary_same(r, "round", InstrKind::Round, true);
+  unary_same(r, "trunc", InstrKind::Trunc, true);
+  unary_same(r, "sign", InstrKind::Sign, false);
+  unary_same(r, "bitwise_not", InstrKind::BitwiseNot, false);
+  for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{
+           {"exp", InstrKind::Exp},         {"exp2", InstrKind::Exp2},
+           {"expm1", InstrKind::Expm1},     {"log", InstrKind::Log},
+           {"log2", InstrKind::Log2},       {"log10", InstrKind::Log10},
+           {"log1p", InstrKind::Log1p},     {"sqrt", InstrKind::Sqrt},
+           {"rsqrt", InstrKind::Rsqrt},     {"reciprocal", InstrKind::Reciprocal},
+           {"sin", InstrKind::Sin},         {"cos", InstrKind::Cos},
+           {"tan", InstrKind::Tan},         {"asin", InstrKind::Asin},
+           {"acos", InstrKind::Acos},       {"atan", InstrKind::Atan},
+           {"sinh", InstrKind::Sinh},       {"cosh", InstrKind::Cosh},
+           {"tanh", InstrKind::Tanh},       {"asinh", InstrKind::Asinh},
+           {"acosh", InstrKind::Acosh},     {"atanh", InstrKind::Atanh},
+           {"sigmoid", InstrKind::Sigmoid}, {"erf", InstrKind::Erf},
+           {"erfc", InstrKind::Erfc},       {"erfinv", InstrKind::Erfinv},
+           {"lgamma", InstrKind::Lgamma}}) {
+    unary_float(r, name, k);
+  }
+  for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{
+           {"isnan", InstrKind::IsNan}, {"isinf", InstrKind::IsInf}}) {
+    InstrKind kk = k;
+    r.add(std::string("aten.") + name + ".default", [kk](LoweringContext& lc, const Node& n) {
+      Operand x = arg_operand(lc, n, 0, "self");
+      bool fp = dtype_is_floating(x.dtype());
+      return one(make_pointwise(lc, {x}, dtype_compute(x.dtype()), DType::Bool,
+                                [kk, fp](BodyBuilder& b, auto& v) {
+                                  if (!fp) return b.int_constant(0, DType::Bool);
+                                  return b.op(kk, DType::Bool, v[0]);
+                                }));
+    });
+  }
+
+  // ---- comparisons and logic
+  compare(r, "eq", InstrKind::Eq);
+  compare(r, "ne", InstrKind::Ne);
+  compare(r, "lt", InstrKind::Lt);
+  compare(r, "le", InstrKind::Le);
+  compare(r, "gt", InstrKind::Gt);
+  compare(r, "ge", InstrKind::Ge);
+  r.add("aten.logical_not.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    return one(make_pointwise(
+        lc, {x}, dtype_compute(x.dtype()), DType::Bool,
+        [](BodyBuilder& b, auto& v) { return b.op(InstrKind::LogicalNot, DType::Bool, v[0]); }));
+  });
+  for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{
+           {"logical_and", InstrKind::LogicalAnd},
+           {"logical_or", InstrKind::LogicalOr},
+           {"logical_xor", InstrKind::LogicalXor}}) {
+    InstrKind kk = k;
+    r.add(std::string("aten.") + name + ".default", [kk](LoweringContext& lc, const Node& n) {
+      Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
+      return one(mixed_pointwise(
+          lc, {a, b}, {dtype_compute(a.dtype()), dtype_compute(b.dtype())}, DType::Bool,
+          [kk](BodyBuilder& bb, auto& v) { return bb.op(kk, DType::Bool, v[0], v[1]); }));
+    });
+  }
+
+  // ---- where / masked_fill / clamp
+  auto where_fn = [](LoweringContext& lc, const Node& n) {
+    return one(where_value(lc, arg_operand(lc, n, 0, "condition"), arg_operand(lc, n, 1, "self"),
+                           arg_operand(lc, n, 2, "other")));
+  };
+  for (const char* ov : {"self", "ScalarSelf", "ScalarOther", "Scalar"}) {
+    r.add(std::string("aten.where.") + ov, where_fn);
+  }
+  auto masked_fill = [](LoweringContext& lc, const Node& n) {
+    Operand self = arg_operand(lc, n, 0, "self");
+    return one(where_value(lc, arg_operand(lc, n, 1, "mask"), arg_operand(lc, n, 2, "value"), self,
+                           self.dtype()));
+  };
+  r.add("aten.masked_fill.Scalar", masked_fill);
+  r.add("aten.masked_fill.Tensor", masked_fill);
+
+  auto clamp_fn = [](bool has_lo, bool has_hi) {
+    return [has_lo, has_hi](LoweringContext& lc, const Node& n) {
+      std::vector<Operand> ops = {arg_operand(lc, n, 0, "self")};
+      bool lo = false, hi = false;
+      if (has_lo && has_arg(n, 1, "min")) {
+        ops.push_back(arg_operand(lc, n, 1, "min"));
+        lo = true;
+      }
+      size_t hi_pos = has_lo ? 2 : 1;
+      if (has_hi && has_arg(n, hi_pos, "max")) {
+        ops.push_back(arg_operand(lc, n, hi_pos, "max"));
+        hi = true;
+      }
+      std::vector<const Operand*> ptrs;
+      for (const Operand& o : ops) ptrs.push_back(&o);
+      DType common = result_type(ptrs);
+      DType ct = dtype_compute(common);
+      return one(make_pointwise(lc, ops, ct, common, [lo, hi, ct](BodyBuilder& b, auto& v) {
+        InstrId x = v[0];
+        size_t k = 1;
+        if (lo) x = b.op(InstrKind::Maximum, ct, x, v[k++]);
+        if (hi) x = b.op(InstrKind::Minimum, ct, x, v[k++]);
+        return x;
+      }));
+    };
+  };
+  r.add("aten.clamp.default", clamp_fn(true, true));
+  r.add("aten.clamp.Tensor", clamp_fn(true, true));
+  r.add("aten.clamp_min.default", clamp_fn(true, false));
+  r.add("aten.clamp_min.Tensor", clamp_fn(true, false));
+  r.add("aten.clamp_max.default", clamp_fn(false, true));
+  r.add("aten.clamp_max.Tensor", clamp_fn(false, true));
+
+  // ---- activations and their backwards
+  r.add("aten.relu.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    DType ct = dtype_compute(x.dtype());
+    return one(make_pointwise(lc, {x}, ct, x.dtype(), [ct](BodyBuilder& b, auto& v) {
+      return b.op(InstrKind::Maximum, ct, v[0], b.constant(0, ct));
+    }));
+  });
+  r.add("aten.silu.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    DType ct = dtype_compute(x.dtype());
+    return one(make_pointwise(lc, {x}, ct, x.dtype(), [ct](BodyBuilder& b, auto& v) {
+      return b.op(InstrKind::Mul, ct, v[0], b.op(InstrKind::Sigmoid, ct, v[0]));
+    }));
+  });
+  r.add("aten.gelu.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    std::string approx = str_arg(n, 1, "approximate", "none");
+    COIL_USER_CHECK(approx == "none" || approx == "tanh") << "gelu: approximate=" << approx;
+    bool t = approx == "tanh";
+    return one(make_pointwise(
+        lc, {x}, dtype_compute(x.dtype()), x.dtype(),
+        [t](BodyBuilder& b, auto& v) { return gelu_body(b, v[0], t); }, 8));
+  });
+  r.add("aten.gelu_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), x = arg_operand(lc, n, 1, "self");
+    std::string approx = str_arg(n, 2, "approximate", "none");
+    COIL_USER_CHECK(approx == "none" || approx == "tanh") << "gelu: approximate=" << approx;
+    bool t = approx == "tanh";
+    DType common = result_type({&g, &x});
+    return one(make_pointwise(
+        lc, {g, x}, dtype_compute(common), common,
+        [t](BodyBuilder& b, auto& v) { return gelu_backward_body(b, v[0], v[1], t); }, 16));
+  });
+  r.add("aten.sigmoid_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), y = arg_operand(lc, n, 1, "output");
+    DType common = result_type({&g, &y});
+    DType ct = dtype_compute(common);
+    return one(make_pointwise(
+        lc, {g, y}, ct, common,
+        [ct](BodyBuilder& b, auto& v) {
+          InstrId one_minus = b.op(InstrKind::Sub, ct, b.constant(1, ct), v[1]);
+          return b.op(InstrKind::Mul, ct, v[0], b.op(InstrKind::Mul, ct, one_minus, v[1]));
+        },
+        3));
+  });
+  r.add("aten.tanh_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), y = arg_operand(lc, n, 1, "output");
+    DType common = result_type({&g, &y});
+    DType ct = dtype_compute(common);
+    return one(make_pointwise(
+        lc, {g, y}, ct, common,
+        [ct](BodyBuilder& b, auto& v) {
+          InstrId y2 = b.op(InstrKind::Mul, ct, v[1], v[1]);
+          return b.op(InstrKind::Mul, ct, v[0], b.op(InstrKind::Sub, ct, b.constant(1, ct), y2));
+        },
+        3));
+  });
+  r.add("aten.threshold_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), x = arg_operand(lc, n, 1, "self");
+    Operand th = arg_operand(lc, n, 2, "threshold");
+    DType common = result_type({&g, &x});
+    DType ct = dtype_compute(common);
+    DType xt = dtype_compute(x.dtype());
+    return one(mixed_pointwise(lc, {g, x, th}, {ct, xt, xt}, common, [ct](BodyBuilder& b, auto& v) {
+      InstrId c = b.op(InstrKind::Le, DType::Bool, v[1], v[2]);
+      return b.op(InstrKind::Where, ct, c, b.constant(0, ct), v[0]);
+    }));
+  });
+  r.add("aten.threshold.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self"), th = arg_operand(lc, n, 1, "threshold"),
+            val = arg_operand(lc, n, 2, "value");
+    DType ct = dtype_compute(x.dtype());
+    return one(make_pointwise(lc, {x, th, val}, ct, x.dtype(), [ct](BodyBuilder& b, auto& v) {
+      InstrId c = b.op(InstrKind::Le, DType::Bool, v[0], v[1]);
+      return b.op(InstrKind::Where, ct, c, v[2], v[0]);
+    }));
+  });
+  r.add("aten.leaky_relu.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    double slope = scalar_arg(n, 1, "negative_slope", 0.01);
+    DType ct = dtype_compute(x.dtype());
+    return one(make_pointwise(
+        lc, {x}, ct, x.dtype(),
+        [ct, slope](BodyBuilder& b, auto& v) {
+          InstrId pos = b.op(InstrKind::Gt, DType::Bool, v[0], b.constant(0, ct));
+          return b.op(InstrKind::Where, ct, pos, v[0],
+                      b.op(InstrKind::Mul, ct, v[0], b.constant(slope, ct)));
+        },
+        3));
+  });
+  r.add("aten.leaky_relu_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), x = arg_operand(lc, n, 1, "self");
+    double slope = scalar_arg(n, 2, "negative_slope", 0.01);
+    DType common = result_type({&g, &x});
+    DType ct = dtype_compute(common);
+    return one(make_pointwise(
+        lc, {g, x}, ct, common,
+        [ct, slope](BodyBuilder& b, auto& v) {
+          InstrId pos = b.op(InstrKind::Gt, DType::Bool, v[1], b.constant(0, ct));
+          return b.op(InstrKind::Where, ct, pos, v[0],
+                      b.op(InstrKind::Mul, ct, v[0], b.constant(slope, ct)));
+        },
+        3));
+  });
+  r.add("aten.hardtanh.default", [](LoweringContext& lc, const Node& n) {
+    Operand x = arg_operand(lc, n, 0, "self");
+    double lo = scalar_arg(n, 1, "min_val", -1.0), hi = scalar_arg(n, 2, "max_val", 1.0);
+    DType ct = dtype_compute(x.dtype());
+    return one(make_pointwise(
+        lc, {x}, ct, x.dtype(),
+        [ct, lo, hi](BodyBuilder& b, auto& v) {
+          InstrId y = b.op(InstrKind::Maximum, ct, v[0], b.constant(lo, ct));
+          return b.op(InstrKind::Minimum, ct, y, b.constant(hi, ct));
+        },
+        2));
+  });
+  r.add("aten.hardtanh_backward.default", [](LoweringContext& lc, const Node& n) {
+    Operand g = arg_operand(lc, n, 0, "grad_output"), x = arg_operand(lc, n, 1, "self");
+    double lo = scalar_arg(n, 2, "min_val", -1.0), hi = scalar_arg(n, 3, "max_val", 1.0);
+    DType common = result_type({&g, &x});
+    DType ct = dtype_compute(common);
+    return one(make_pointwise(
+        lc, {g, x}, ct, common,
+        [ct, lo, hi](BodyBuilder& b, auto& v) {
+          InstrId out = b.op(InstrKind::LogicalOr, DType::Bool,
+                             b.op(InstrKind::Le, DType::Bool, v[1], b.constant(lo, ct)),
+                             b.op(InstrKind::Ge, DType::Bool, v[1], b.constant(hi, ct)));
+          return b.op(InstrKind::Where, ct, out, b.constant(0, ct), v[0]);
+        },
+        4));
+  });
+
+  // ---- dtype conversions and copies
+  r.add("prims.convert_element_type.default", [](LoweringContext& lc, const Node& n) {
+    auto dt = dtype_kwarg(n, 1, "dtype");
+    COIL_USER_CHECK(dt.has_value()) << n.op() << ": missing dtype";
+    return one(converted(lc, lc.arg_value(n, 0, "a"), *dt));
+  });
+  r.add("aten._to_copy.default", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    const Arg* dev = n.kwarg("device");
+    if (dev && !dev->is_none()) {
+      const Device* d = std::get_if<Device>(&dev->v);
+      COIL_USER_CHECK(d != nullptr && *d == x.device) << "_to_copy: device changes unsupported";
+    }
+    const Arg* mf = n.kwarg("memory_format");
+    (void)mf;  // the realized layout follows the graph's output strides
+    auto dt = dtype_kwarg(n, 1000, "dtype");
+    return one(converted(lc, x, dt.value_or(x.dtype)));
+  });
+  auto copy_of_self = [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    return one(converted(lc, x, x.dtype));
+  };
+  r.add("aten.clone.default", copy_of_self);
+  r.add("aten.lift_fresh_copy.default", copy_of_self);
+  r.add("aten.alias.default",
+        [](LoweringContext& lc, const Node& n) { return one(lc.arg_value(n, 0, "self")); });
+  r.add("aten.copy.default", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& self = lc.arg_value(n, 0, "self");
+    Operand src = tensor_operand(lc.arg_value(n, 1, "src"));
+    // Broadcast src into self's shape.
+    broadcast_shapes(lc.ctx(), self.sizes, src.t.sizes);
+    std::vector<sym::Expr> sizes = self.sizes;
+    sym::Context& c = lc.ctx();
+    DType out = self.dtype;
+    TensorValue s = src.t;
+    Loader load = [s, out, &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
+      return b.cast(s.load(b, broadcast_index(c, s.sizes, index)), dtype_compute(out));
+    };
+    return one(lc.pointwise(out, sizes, std::move(load), s.inline_cost, s.inline_reads));
+  });
+  auto fill = [](LoweringContext& lc, const Node& n) {
+    const TensorValue& self = lc.arg_value(n, 0, "self");
+    Operand v = arg_operand(lc, n, 1, "value");
+    DType out = self.dtype;
+    sym::Context& c = lc.ctx();
+    std::vector<sym::Expr> sizes = self.sizes;
+    Loader load = [v, out, &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
+      return load_operand(b, c, v, dtype_compute(out), std::vector<sym::Expr>(index.size()));
+    };
+    if (v.is_tensor()) {
+      COIL_USER_CHECK(v.t.sizes.empty()) << "fill.Tensor: value must be 0-dim";
+      load = [v, out](BodyBuilder& b, const std::vector<sym::Expr>&) {
+        return b.cast(v.t.load(b, {}), dtype_compute(out));
+      };
+    }
+    return one(lc.pointwise(out, sizes, std::move(load), 1, v.is_tensor() ? 1 : 0));
+  };
+  r.add("aten.fill.Scalar", fill);
+  r.add("aten.fill.Tensor", fill);
+
+  // ---- random
+  r.add("aten.rand_like.default", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    DType dt = dtype_kwarg(n, 1000, "dtype").value_or(x.dtype);
+    COIL_USER_CHECK(dtype_is_floating(dt)) << "rand_like: non-float dtype";
+    return one(uniform(lc, x.sizes, dt));
+  });
+  r.add("aten.bernoulli.p", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    double p = scalar_arg(n, 1, "p", 0.5);
+    const Arg* gen = n.arg(2, "generator");
+    COIL_USER_CHECK(gen == nullptr || gen->is_none()) << "bernoulli: explicit generator";
+    TensorValue u = uniform(lc, x.sizes, DType::Float32);
+    DType out = x.dtype;
+    return one(
+        make_pointwise(lc, {tensor_operand(u)}, DType::Float32, out, [p](BodyBuilder& b, auto& v) {
+          return b.op(InstrKind::Lt, DType::Bool, v[0], b.constant(p, DType::Float32));
+        }));
+  });
+  r.add("aten.bernoulli.default", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    const Arg* gen = n.arg(1, "generator");
+    COIL_USER_CHECK(gen == nullptr || gen->is_none()) << "bernoulli: explicit generator";
+    TensorValue u = uniform(lc, x.sizes, DType::Float32);
+    DType ct = dtype_compute(x.dtype);
+    return one(mixed_pointwise(
+        lc, {tensor_operand(u), tensor_operand(x)}, {ct, ct}, x.dtype,
+        [](BodyBuilder& b, auto& v) { return b.op(InstrKind::Lt, DType::Bool, v[0], v[1]); }));
+  });
+}
 
 }  // namespace coil::lower
