@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what coil needs and builds it. Idempotent: skips what is already there, so it also
+# works without network access when the packages are present.
+#   Debian packages: g++, ninja, ccache, OpenBLAS, GoogleTest, clang-format
+#   Python packages: torch 2.13.0 (CPU build), nanobind, scikit-build-core, pytest
+#   Build: the C++ core + the _coil extension, installed editable (so the "coil" backend is
+#   registered through its entry point), and the gtest executables.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+debs=(g++ cmake ninja-build ccache libopenblas-dev libgtest-dev clang-format)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  # cmake and ninja may come from pip instead; only insist on what the build needs.
+  log "installing Debian packages: ${missing[*]}"
+  ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}") ||
+    log "apt-get failed (no network?); continuing with what is installed"
+fi
+
+PY=${PYTHON:-python3}
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+  log "installing torch==2.13.0 (CPU build)"
+  pip_install torch==2.13.0
+fi
+for mod in nanobind scikit_build_core pytest ninja cmake; do
+  if ! "$PY" -c "import $mod" 2>/dev/null; then
+    pkg=${mod//_/-}
+    log "installing $pkg"
+    pip_install "$pkg"
+  fi
+done
+
+# The build: an editable install (entry point + extension) whose CMake build also compiles the
+# gtest executables. build-dir is fixed (pyproject.toml) and ccache is used, so rebuilds are
+# incremental.
+log "building coil"
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
+  -Ccmake.define.COIL_BUILD_TESTS=ON
+log "done"
