@@ -1,0 +1,49 @@
+// Helpers shared by the meta functions of the op families: argument access, dims,
+// broadcasting and PyTorch's type promotion.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "coil/ops/registry.h"
+
+namespace coil::ops {
+
+// The tensor meta of a Value argument (CompileError when the argument is not a tensor).
+const TensorMeta& tensor_arg(const OpCall& c, size_t i, std::string_view name);
+// Optional typed scalar args (nullopt when absent or None).
+std::optional<int64_t> opt_int(const OpCall& c, size_t i, std::string_view name);
+bool bool_arg(const OpCall& c, size_t i, std::string_view name, bool dflt);
+std::optional<DType> opt_dtype(const OpCall& c, size_t i, std::string_view name);
+// An int list argument (a single int reads as a one-element list); nullopt if absent/None.
+std::optional<std::vector<int64_t>> opt_int_list(const OpCall& c, size_t i, std::string_view name);
+// A size: int or sym argument.
+sym::Expr size_arg(sym::Context& ctx, const Arg& a);
+
+// Wraps a possibly negative dim into [0, rank); rank 0 accepts -1 and 0 (PyTorch).
+int64_t wrap_dim(int64_t dim, int64_t rank);
+
+// Broadcast shape of several shapes (CompileError if sizes provably differ and neither is 1).
+std::vector<sym::Expr> broadcast_shapes(sym::Context& ctx,
+                                        const std::vector<std::vector<sym::Expr>>& shapes);
+
+// One operand of type promotion (PyTorch's at::result_type): a tensor (dim > 0 or zero-dim)
+// or a Python scalar (which only counts through its category: bool < int < float).
+struct PromoOperand {
+  DType dtype;
+  enum Kind { Tensor, ZeroDimTensor, Scalar } kind;
+};
+DType result_type(const std::vector<PromoOperand>& operands);
+// The promotion operand of an arg: tensor values and Python numbers; nullopt for others.
+std::optional<PromoOperand> promo_operand(const Arg& a);
+
+// Strides of a fresh result of `sizes` laid out like the inputs (PyTorch's TensorIterator
+// rule: dims ordered by the inputs' strides, broadcast dims ignored); row-major when the
+// inputs do not decide.
+std::vector<sym::Expr> pointwise_strides(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
+                                         const std::vector<const TensorMeta*>& inputs);
+
+TensorMeta make_contiguous(sym::Context& ctx, DType dtype, Device device,
+                           std::vector<sym::Expr> sizes);
+
+}  // namespace coil::ops

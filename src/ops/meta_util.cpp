@@ -1,0 +1,212 @@
+#include "coil/ops/meta_util.h"
+
+#include <numeric>
+
+#include "coil/support/error.h"
+
+namespace coil::ops {
+
+const TensorMeta& tensor_arg(const OpCall& c, size_t i, std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  COIL_USER_CHECK(a != nullptr && a->is_value())
+      << c.op << ": argument " << i << " (" << name << ") must be a tensor";
+  return a->value()->meta();
+}
+
+std::optional<int64_t> opt_int(const OpCall& c, size_t i, std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return std::nullopt;
+  return a->as_int();
+}
+
+bool bool_arg(const OpCall& c, size_t i, std::string_view name, bool dflt) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return dflt;
+  return a->as_int() != 0;
+}
+
+std::optional<DType> opt_dtype(const OpCall& c, size_t i, std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return std::nullopt;
+  const DType* d = std::get_if<DType>(&a->v);
+  COIL_USER_CHECK(d != nullptr) << c.op << ": argument " << name << " must be a dtype";
+  return *d;
+}
+
+std::optional<std::vector<int64_t>> opt_int_list(const OpCall& c, size_t i, std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return std::nullopt;
+  std::vector<int64_t> out;
+  if (a->is_list()) {
+    for (const Arg& e : a->list()) out.push_back(e.as_int());
+  } else {
+    out.push_back(a->as_int());
+  }
+  return out;
+}
+
+sym::Expr size_arg(sym::Context& ctx, const Arg& a) {
+  if (a.is_sym()) return std::get<sym::Expr>(a.v);
+  return ctx.constant(a.as_int());
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  COIL_USER_CHECK(dim >= -r && dim < r)
+      << "dimension " << dim << " out of range for a tensor of rank " << rank;
+  return dim < 0 ? dim + r : dim;
+}
+
+std::vector<sym::Expr> broadcast_shapes(sym::Context& ctx,
+                                        const std::vector<std::vector<sym::Expr>>& shapes) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<sym::Expr> out(rank, nullptr);
+  for (const auto& s : shapes) {
+    size_t off = rank - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      sym::Expr& o = out[off + i];
+      sym::Expr e = s[i];
+      if (o == nullptr || o == e) {
+        o = e;
+        continue;
+      }
+      auto oc = ctx.as_const(o), ec = ctx.as_const(e);
+      if (ec == 1) continue;
+      if (oc == 1) {
+        o = e;
+        continue;
+      }
+      COIL_USER_CHECK(!(oc && ec))
+          << "shapes do not broadcast: size " << *oc << " vs " << *ec << " at dim " << off + i;
+      // Symbolic sizes (>= 2 once Dynamo specialized 0 and 1) that are not 1 must be equal;
+      // keep the first (the front end guards on their equality).
+      if (oc) continue;  // a constant is the more precise of the two
+      if (ec) o = e;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+enum Category { kBool = 0, kInt = 1, kFloat = 2 };
+Category category(DType t) {
+  if (t == DType::Bool) return kBool;
+  return dtype_is_floating(t) ? kFloat : kInt;
+}
+
+// at::native::combine_categories for the non-complex dtypes.
+std::optional<DType> combine_categories(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (dtype_is_floating(*higher)) return higher;
+  if (*higher == DType::Bool || dtype_is_floating(*lower)) return dtype_promote(*higher, *lower);
+  return higher;
+}
+
+}  // namespace
+
+DType result_type(const std::vector<PromoOperand>& operands) {
+  std::optional<DType> dim, zero, wrapped;
+  auto update = [](std::optional<DType>& s, DType t) { s = s ? dtype_promote(*s, t) : t; };
+  for (const PromoOperand& o : operands) {
+    switch (o.kind) {
+      case PromoOperand::Tensor:
+        update(dim, o.dtype);
+        break;
+      case PromoOperand::ZeroDimTensor:
+        update(zero, o.dtype);
+        break;
+      case PromoOperand::Scalar: {
+        // Python floats count as the default dtype (f32), ints as i64, bools as bool.
+        Category c = category(o.dtype);
+        update(wrapped, c == kFloat ? DType::Float32 : c == kInt ? DType::Int64 : DType::Bool);
+        break;
+      }
+    }
+  }
+  auto r = combine_categories(dim, combine_categories(zero, wrapped));
+  COIL_USER_CHECK(r.has_value()) << "type promotion needs at least one operand";
+  return *r;
+}
+
+std::optional<PromoOperand> promo_operand(const Arg& a) {
+  if (a.is_value()) {
+    const TensorMeta& m = a.value()->meta();
+    return PromoOperand{m.dtype,
+                        m.rank() == 0 ? PromoOperand::ZeroDimTensor : PromoOperand::Tensor};
+  }
+  if (a.is_bool()) return PromoOperand{DType::Bool, PromoOperand::Scalar};
+  if (a.is_int() || a.is_sym()) return PromoOperand{DType::Int64, PromoOperand::Scalar};
+  if (a.is_double()) return PromoOperand{DType::Float64, PromoOperand::Scalar};
+  return std::nullopt;
+}
+
+std::vector<sym::Expr> pointwise_strides(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
+                                         const std::vector<const TensorMeta*>& inputs) {
+  const int64_t n = static_cast<int64_t>(sizes.size());
+  // Operand strides aligned to the output, 0 for broadcast dims (TensorIterator).
+  std::vector<std::vector<sym::Expr>> strides;
+  bool all_contiguous = true;
+  for (const TensorMeta* m : inputs) {
+    if (m->rank() != n || m->strides.size() != m->sizes.size()) {
+      all_contiguous = false;
+    } else if (!is_contiguous(ctx, *m)) {
+      all_contiguous = false;
+    }
+    std::vector<sym::Expr> s(n, ctx.zero());
+    int64_t off = n - m->rank();
+    for (int64_t i = 0; i < m->rank(); ++i) {
+      bool broadcast = ctx.as_const(m->sizes[i]) == 1 && ctx.as_const(sizes[off + i]) != 1;
+      if (!broadcast && i < static_cast<int64_t>(m->strides.size())) s[off + i] = m->strides[i];
+    }
+    strides.push_back(std::move(s));
+  }
+  if (all_contiguous || inputs.empty() || n <= 1) return contiguous_strides(ctx, sizes);
+  // perm[0] is the fastest-varying dim; start from row-major (reversed dims).
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  auto should_swap = [&](int64_t d0, int64_t d1) -> int {
+    for (const auto& s : strides) {
+      sym::Expr s0 = s[d0], s1 = s[d1];
+      if (ctx.as_const(s0) == 0 || ctx.as_const(s1) == 0) continue;
+      if (s0 != s1 && ctx.provably_lt(s0, s1)) return -1;
+      if (s0 != s1 && ctx.provably_lt(s1, s0)) return 1;
+      if (s0 != s1 && !ctx.provably_eq(s0, s1)) continue;  // undecidable: next operand
+      if (ctx.provably_lt(sizes[d1], sizes[d0])) return 1;
+    }
+    return 0;
+  };
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t dim1 = i;
+    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
+      int c = should_swap(perm[dim0], perm[dim1]);
+      if (c > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  std::vector<sym::Expr> out(n);
+  sym::Expr s = ctx.one();
+  for (int64_t d : perm) {
+    out[d] = s;
+    s = ctx.mul(s, sizes[d]);
+  }
+  return out;
+}
+
+TensorMeta make_contiguous(sym::Context& ctx, DType dtype, Device device,
+                           std::vector<sym::Expr> sizes) {
+  TensorMeta m;
+  m.dtype = dtype;
+  m.device = device;
+  m.strides = contiguous_strides(ctx, sizes);
+  m.sizes = std::move(sizes);
+  return m;
+}
+
+}  // namespace coil::ops

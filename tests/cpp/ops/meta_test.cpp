@@ -1,0 +1,214 @@
+// Meta functions against hand-computed PyTorch results (torch.result_type, broadcasting, the
+// strides PyTorch gives views and TensorIterator outputs).
+#include <gtest/gtest.h>
+
+#include "coil/graph/parser.h"
+#include "coil/graph/printer.h"
+#include "coil/ops/meta_util.h"
+#include "coil/ops/registry.h"
+#include "coil/support/error.h"
+
+namespace coil::ops {
+namespace {
+
+using Metas = std::vector<std::string>;
+
+// Output metas (printed) of `call` applied to graph inputs declared by `inputs`.
+Metas infer(const std::string& inputs, const std::string& call) {
+  sym::Context ctx;
+  auto g = parse_graph("graph(" + inputs + "):\n  " + call + "\n  return ()\n", ctx);
+  Metas out;
+  for (const TensorMeta& m : infer_meta(ctx, *g->nodes().at(0))) out.push_back(print_meta(ctx, m));
+  return out;
+}
+std::string infer1(const std::string& inputs, const std::string& call) {
+  Metas m = infer(inputs, call);
+  EXPECT_EQ(m.size(), 1u);
+  return m.empty() ? "" : m[0];
+}
+
+TEST(Registry, FindsOpsByOverloadName) {
+  const OpDef* add = find_op("aten.add.Tensor");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->name, "aten.add.Tensor");
+  EXPECT_EQ(add->family, OpFamily::Pointwise);
+  EXPECT_EQ(find_op("aten.permute.default")->family, OpFamily::View);
+  EXPECT_EQ(find_op("aten.sum.dim_IntList")->family, OpFamily::Reduction);
+  EXPECT_EQ(find_op("aten.mm.default")->family, OpFamily::Linalg);
+  EXPECT_EQ(find_op("aten.cat.default")->family, OpFamily::Shape);
+  EXPECT_NE(find_op("prims.convert_element_type.default"), nullptr);
+  EXPECT_EQ(find_op("aten.add"), nullptr);
+  EXPECT_EQ(find_op("aten.convolution.default"), nullptr);
+  const auto& ops = op_registry().ops();
+  EXPECT_GT(ops.size(), 100u);
+  for (size_t i = 1; i < ops.size(); ++i) EXPECT_LT(ops[i - 1].name, ops[i].name);
+}
+
+TEST(PointwiseMeta, Broadcasting) {
+  EXPECT_EQ(infer1("%0: f32[4, 1, 3], %1: f32[5, 1]", "aten.add.Tensor(%0, %1)"), "f32[4, 5, 3]");
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[]", "aten.mul.Tensor(%0, %1)"), "f32[3]");
+  EXPECT_EQ(infer1("%0: f32[s0, 1], %1: f32[1, s1]", "aten.sub.Tensor(%0, %1)"), "f32[s0, s1]");
+  EXPECT_EQ(infer1("%0: b8[2, 1, 1], %1: f32[3, 1], %2: f32[4]", "aten.where.self(%0, %1, %2)"),
+            "f32[2, 3, 4]");
+  EXPECT_THROW(infer("%0: f32[3], %1: f32[4]", "aten.add.Tensor(%0, %1)"), CompileError);
+}
+
+TEST(PointwiseMeta, TypePromotionWithScalars) {
+  // torch.result_type semantics: Python scalars only count through their category.
+  EXPECT_EQ(infer1("%0: i32[2]", "aten.add.Tensor(%0, 2.5)"), "f32[2]");
+  EXPECT_EQ(infer1("%0: i32[2]", "aten.add.Tensor(%0, 2)"), "i32[2]");
+  EXPECT_EQ(infer1("%0: f16[2]", "aten.mul.Tensor(%0, 2.5)"), "f16[2]");
+  EXPECT_EQ(infer1("%0: b8[2]", "aten.add.Tensor(%0, 1)"), "i64[2]");
+  EXPECT_EQ(infer1("%0: b8[2]", "aten.add.Tensor(%0, true)"), "b8[2]");
+  EXPECT_EQ(infer1("%0: u8[2], %1: i8[2]", "aten.add.Tensor(%0, %1)"), "i16[2]");
+  EXPECT_EQ(infer1("%0: f16[2], %1: bf16[2]", "aten.add.Tensor(%0, %1)"), "f32[2]");
+  // Zero-dim tensors: only a higher category wins.
+  EXPECT_EQ(infer1("%0: i32[2], %1: i64[]", "aten.add.Tensor(%0, %1)"), "i32[2]");
+  EXPECT_EQ(infer1("%0: i32[2], %1: f64[]", "aten.add.Tensor(%0, %1)"), "f64[2]");
+  EXPECT_EQ(infer1("%0: f32[2], %1: f64[]", "aten.add.Tensor(%0, %1)"), "f32[2]");
+  EXPECT_EQ(infer1("%0: f64[], %1: f16[]", "aten.add.Tensor(%0, %1)"), "f64[]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.pow.Tensor_Scalar(%0, 2)"), "i64[4]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.pow.Tensor_Scalar(%0, 0.5)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.pow.Scalar(2.0, %0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i32[4], %1: i64[4]", "aten.maximum.default(%0, %1)"), "i64[4]");
+}
+
+TEST(PointwiseMeta, DivisionComparisonsAndUnary) {
+  EXPECT_EQ(infer1("%0: i64[4], %1: i64[4]", "aten.div.Tensor(%0, %1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f64[4]", "aten.div.Tensor(%0, 2)"), "f64[4]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.div.Tensor_mode(%0, 2, rounding_mode=\"floor\")"), "i64[4]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.div.Tensor_mode(%0, 2, rounding_mode=None)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f32[4], %1: f32[2, 1]", "aten.lt.Tensor(%0, %1)"), "b8[2, 4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.eq.Scalar(%0, 0.5)"), "b8[4]");
+  EXPECT_EQ(infer1("%0: i64[4]", "aten.exp.default(%0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: b8[4]", "aten.sigmoid.default(%0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: bf16[4]", "aten.rsqrt.default(%0)"), "bf16[4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.neg.default(%0)"), "i32[4]");
+  EXPECT_EQ(infer1("%0: f16[4]", "aten.gelu.default(%0, approximate=\"tanh\")"), "f16[4]");
+  EXPECT_EQ(infer1("%0: b8[4], %1: i32[4]", "aten.where.self(%0, %1, 0.5)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: b8[4], %1: f16[4]", "aten.where.self(%0, %1, 0.0)"), "f16[4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.clamp.default(%0, 0.5)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.clamp.default(%0, 0, 6)"), "i32[4]");
+  EXPECT_EQ(infer1("%0: f32[4]", "aten.clamp.default(%0, None, 6.0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f32[4]", "prims.convert_element_type.default(%0, dtype(f16))"), "f16[4]");
+  EXPECT_EQ(
+      infer1("%0: f32[4]", "aten._to_copy.default(%0, dtype=dtype(i32), device=device(cuda))"),
+      "i32[4]@cuda");
+}
+
+TEST(PointwiseMeta, OutputLayoutFollowsInputs) {
+  // torch.randn(3, 4).t() + 1 keeps the transposed layout.
+  EXPECT_EQ(infer1("%0: f32[4, 3]{1, 4}", "aten.add.Tensor(%0, 1)"), "f32[4, 3]{1, 4}");
+  // The first operand decides when layouts disagree.
+  EXPECT_EQ(infer1("%0: f32[4, 3], %1: f32[4, 3]{1, 4}", "aten.add.Tensor(%0, %1)"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[4, 3]{1, 4}, %1: f32[4, 3]", "aten.add.Tensor(%0, %1)"),
+            "f32[4, 3]{1, 4}");
+  // Broadcast dims do not vote: torch.randn(4).expand(3, 4).exp() is row-major.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{0, 1}", "aten.exp.default(%0)"), "f32[3, 4]");
+  // Channels-last NCHW input: (N, C, H, W) sizes with strides (H*W*C, 1, W*C, C).
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4, 5]{60, 1, 15, 3}", "aten.relu.default(%0)"),
+            "f32[2, 3, 4, 5]{60, 1, 15, 3}");
+  // Casts preserve the layout (memory_format=preserve_format).
+  EXPECT_EQ(infer1("%0: f32[4, 3]{1, 4}", "prims.convert_element_type.default(%0, dtype(f16))"),
+            "f16[4, 3]{1, 4}");
+}
+
+TEST(ReductionMeta, DimsKeepdimAndDtypes) {
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.sum.dim_IntList(%0, [1])"), "f32[2, 4]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.sum.dim_IntList(%0, [-1, 0], true)"), "f32[1, 3, 1]");
+  EXPECT_EQ(infer1("%0: i32[2, 3]", "aten.sum.dim_IntList(%0, [1])"), "i64[2]");
+  EXPECT_EQ(infer1("%0: b8[2, 3]", "aten.sum.dim_IntList(%0, None)"), "i64[]");
+  EXPECT_EQ(infer1("%0: f16[2, 3]", "aten.sum.dim_IntList(%0, [1], dtype=dtype(f32))"), "f32[2]");
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.sum.default(%0)"), "f32[]");
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.mean.dim(%0, [0], true)"), "f32[1, 3]");
+  EXPECT_THROW(infer("%0: i64[2, 3]", "aten.mean.dim(%0, [0])"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.amax.default(%0, [])"), "f32[]");
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.amin.default(%0, [1], true)"), "f32[2, 1]");
+  EXPECT_EQ(infer("%0: f32[2, 3]", "aten.max.dim(%0, 0)"), (Metas{"f32[3]", "i64[3]"}));
+  EXPECT_EQ(infer("%0: f32[2, 3]", "aten.max.dim(%0, 1, true)"), (Metas{"f32[2, 1]", "i64[2, 1]"}));
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.argmax.default(%0)"), "i64[]");
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.argmax.default(%0, 1, true)"), "i64[2, 1]");
+  EXPECT_EQ(
+      infer("%0: f32[s0, 8]", "aten.var_mean.correction(%0, [1], correction=0, keepdim=true)"),
+      (Metas{"f32[s0, 1]", "f32[s0, 1]"}));
+  EXPECT_EQ(infer("%0: f32[2, 8]", "aten.var_mean.correction(%0)"), (Metas{"f32[]", "f32[]"}));
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.any.dim(%0, 1)"), "b8[2]");
+  EXPECT_EQ(infer1("%0: u8[2, 3]", "aten.all.dims(%0, [0, 1], true)"), "u8[1, 1]");
+  EXPECT_EQ(infer1("%0: f32[2, 3]", "aten.all.default(%0)"), "b8[]");
+  EXPECT_THROW(infer("%0: f32[2, 3]", "aten.sum.dim_IntList(%0, [2])"), CompileError);
+  EXPECT_THROW(infer("%0: f32[2, 3]", "aten.sum.dim_IntList(%0, [1, -1])"), CompileError);
+}
+
+TEST(ViewMeta, StridesAndOffsets) {
+  EXPECT_EQ(infer1("%0: f32[4, 6]", "aten.view.default(%0, [2, -1, 3])"), "f32[2, 4, 3]");
+  // Splitting a dim of a transposed tensor is a view: torch.randn(6, 4).t().view(4, 2, 3).
+  EXPECT_EQ(infer1("%0: f32[4, 6]{1, 4}", "aten.view.default(%0, [4, 2, 3])"),
+            "f32[4, 2, 3]{1, 12, 4}");
+  // Merging across a transpose needs a copy.
+  EXPECT_THROW(infer("%0: f32[4, 6]{1, 4}", "aten.view.default(%0, [24])"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[4, 6]{1, 4}", "aten._unsafe_view.default(%0, [24])"), "f32[24]");
+  EXPECT_EQ(infer1("%0: f32[s0, 4]", "aten.view.default(%0, [-1])"), "f32[4*s0]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.permute.default(%0, [2, 0, 1])"),
+            "f32[4, 2, 3]{1, 12, 4}");
+  EXPECT_EQ(infer1("%0: f32[3, 1]", "aten.expand.default(%0, [2, 3, 4])"), "f32[2, 3, 4]{0, 1, 0}");
+  EXPECT_EQ(infer1("%0: f32[3, 1]", "aten.expand.default(%0, [-1, 5])"), "f32[3, 5]{1, 0}");
+  EXPECT_THROW(infer("%0: f32[3, 2]", "aten.expand.default(%0, [3, 5])"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[3, 1, 4]", "aten.squeeze.dim(%0, 1)"), "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 1, 4]", "aten.squeeze.dim(%0, 0)"), "f32[3, 1, 4]");
+  EXPECT_EQ(infer1("%0: f32[1, 3, 1]", "aten.squeeze.dims(%0, [0, 2])"), "f32[3]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]", "aten.unsqueeze.default(%0, 1)"), "f32[3, 1, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.unsqueeze.default(%0, 1)"),
+            "f32[3, 1, 4]{1, 12, 3}");
+  EXPECT_EQ(infer1("%0: f32[3, 4]", "aten.unsqueeze.default(%0, -1)"), "f32[3, 4, 1]");
+  // x[:, 1:7:2] of a (5, 8) tensor.
+  EXPECT_EQ(infer1("%0: f32[5, 8]", "aten.slice.Tensor(%0, 1, 1, 7, 2)"), "f32[5, 3]{8, 2}+1");
+  EXPECT_EQ(infer1("%0: f32[5, 8]", "aten.slice.Tensor(%0, 0, -2)"), "f32[2, 8]+24");
+  EXPECT_EQ(infer1("%0: f32[5, 8]", "aten.slice.Tensor(%0, 0, 2, 100)"), "f32[3, 8]+16");
+  EXPECT_EQ(infer1("%0: f32[5, 8]+3", "aten.select.int(%0, 0, -1)"), "f32[8]+35");
+  EXPECT_EQ(infer1("%0: f32[5, 8]", "aten.select.int(%0, 1, 2)"), "f32[5]{8}+2");
+  EXPECT_THROW(infer("%0: f32[5, 8]", "aten.select.int(%0, 1, 8)"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[5, 8]", "aten.t.default(%0)"), "f32[8, 5]{1, 8}");
+  EXPECT_EQ(infer1("%0: f32[5]", "aten.t.default(%0)"), "f32[5]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.transpose.int(%0, 0, -1)"), "f32[4, 3, 2]{1, 4, 12}");
+  EXPECT_EQ(infer1("%0: f32[16]", "aten.as_strided.default(%0, [2, 2], [1, 4], 3)"),
+            "f32[2, 2]{1, 4}+3");
+  EXPECT_EQ(infer1("%0: f32[s0, s1]", "aten.permute.default(%0, [1, 0])"), "f32[s1, s0]{1, s1}");
+  EXPECT_EQ(infer1("%0: f32[s0, s1]", "aten.select.int(%0, 0, 1)"), "f32[s1]+s1");
+}
+
+TEST(LinalgMeta, MatmulsAndCat) {
+  EXPECT_EQ(infer1("%0: f32[8, 16], %1: f32[16, 4]", "aten.mm.default(%0, %1)"), "f32[8, 4]");
+  EXPECT_EQ(infer1("%0: f32[2, 8, 16], %1: f32[2, 16, 4]", "aten.bmm.default(%0, %1)"),
+            "f32[2, 8, 4]");
+  EXPECT_EQ(infer1("%0: f32[4], %1: f32[8, 16], %2: f32[16, 4]",
+                   "aten.addmm.default(%0, %1, %2, beta=1, alpha=1)"),
+            "f32[8, 4]");
+  EXPECT_EQ(infer1("%0: f32[s0, 16], %1: f32[16, s1]", "aten.mm.default(%0, %1)"), "f32[s0, s1]");
+  EXPECT_THROW(infer("%0: f32[8, 16], %1: f32[15, 4]", "aten.mm.default(%0, %1)"), CompileError);
+  EXPECT_THROW(infer("%0: f32[8, 16], %1: f16[16, 4]", "aten.mm.default(%0, %1)"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f32[4, 3]", "aten.cat.default([%0, %1])"), "f32[6, 3]");
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f16[2, 5]", "aten.cat.default([%0, %1], -1)"), "f32[2, 8]");
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f32[0]", "aten.cat.default([%0, %1], 1)"), "f32[2, 3]");
+  EXPECT_EQ(infer1("%0: f32[s0, 3], %1: f32[s1, 3]", "aten.cat.default([%0, %1, %0])"),
+            "f32[2*s0 + s1, 3]");
+  EXPECT_THROW(infer("%0: f32[2, 3], %1: f32[2, 4]", "aten.cat.default([%0, %1])"), CompileError);
+}
+
+TEST(Registry, AddNodeInferred) {
+  sym::Context ctx;
+  Graph g(ctx);
+  TensorMeta m;
+  m.sizes = {ctx.constant(3), ctx.constant(4)};
+  m.strides = contiguous_strides(ctx, m.sizes);
+  Value* x = g.add_input(m);
+  Node* t = add_node_inferred(g, "aten.permute.default", {x, Arg::List{1, 0}});
+  Node* s = add_node_inferred(g, "aten.sum.dim_IntList", {t->output(), Arg::List{0}},
+                              {{"dtype", DType::Float64}});
+  g.set_outputs({s->output()});
+  EXPECT_EQ(print_meta(ctx, t->output()->meta()), "f32[4, 3]{1, 4}");
+  EXPECT_EQ(print_meta(ctx, s->output()->meta()), "f64[3]");
+  EXPECT_THROW(add_node_inferred(g, "aten.nope.default", {x}), CompileError);
+}
+
+}  // namespace
+}  // namespace coil::ops

@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "coil/graph/parser.h"
+#include "coil/ops/verify.h"
+#include "coil/support/error.h"
+
+namespace coil::ops {
+namespace {
+
+std::string verify_error(std::string_view text) {
+  sym::Context ctx;
+  auto g = parse_graph(text, ctx);
+  try {
+    verify_graph_meta(*g);
+  } catch (const CompileError& e) {
+    return e.what();
+  }
+  return "<ok>";
+}
+
+// The hand-written golden graphs agree with the meta functions (each written from PyTorch's
+// documented semantics, so this cross-checks both).
+TEST(VerifyMeta, GoldenGraphsAreConsistent) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(COIL_SOURCE_DIR) /
+                                                           "tests" / "golden" / "graph")) {
+    if (e.path().extension() != ".graph") continue;
+    SCOPED_TRACE(e.path().filename().string());
+    std::ifstream in(e.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(verify_error(ss.str()), "<ok>");
+    ++n;
+  }
+  EXPECT_GE(n, 8);
+}
+
+TEST(VerifyMeta, CatchesWrongMetas) {
+  // Wrong size.
+  std::string err = verify_error(
+      "graph(%0: f32[4, 1], %1: f32[3]):\n"
+      "  %2: f32[4, 4] = aten.add.Tensor(%0, %1)\n"
+      "  return (%2)\n");
+  EXPECT_NE(err.find("node 0 (aten.add.Tensor) output 0 is f32[4, 4], its meta function says "
+                     "f32[4, 3]"),
+            std::string::npos)
+      << err;
+  // Wrong dtype (int / int is true division).
+  err = verify_error("graph(%0: i64[4]):\n  %1: i64[4] = aten.div.Tensor(%0, 2)\n  return (%1)\n");
+  EXPECT_NE(err.find("says f32[4]"), std::string::npos) << err;
+  // A view with the wrong strides.
+  err = verify_error(
+      "graph(%0: f32[4, 3]):\n  %1: f32[3, 4] = aten.permute.default(%0, [1, 0])\n  return "
+      "(%1)\n");
+  EXPECT_NE(err.find("says f32[3, 4]{1, 3}"), std::string::npos) << err;
+  // A view with the wrong offset.
+  err = verify_error(
+      "graph(%0: f32[4, 3]):\n  %1: f32[3] = aten.select.int(%0, 0, 1)\n  return (%1)\n");
+  EXPECT_NE(err.find("says f32[3]+3"), std::string::npos) << err;
+  // Wrong number of outputs.
+  err = verify_error("graph(%0: f32[4, 3]):\n  %1: f32[4] = aten.max.dim(%0, 1)\n  return (%1)\n");
+  EXPECT_NE(err.find("has 1 outputs, its op has 2"), std::string::npos) << err;
+  // Invalid arguments surface as verification errors.
+  err = verify_error(
+      "graph(%0: f32[4, 3], %1: f32[4, 3]):\n  %2: f32[4, 3] = aten.mm.default(%0, %1)\n  return "
+      "(%2)\n");
+  EXPECT_NE(err.find("graph verification failed: node 0 (aten.mm.default)"), std::string::npos)
+      << err;
+  // Ops without a meta function are accepted as they are (they fall back to eager).
+  EXPECT_EQ(verify_error(
+                "graph(%0: f32[4]):\n  %1: f32[99] = aten.unknown_op.default(%0)\n  return (%1)\n"),
+            "<ok>");
+}
+
+}  // namespace
+}  // namespace coil::ops
