@@ -27,7 +27,10 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     clone / copy (-> _to_copy), detach / alias (-> view), lift_fresh_copy, the *_like and
     new_* creation ops (-> full / empty), rsub, stack, flip, var / std (-> var_mean), logsumexp,
     clamp_min / clamp_max, select_backward / slice_backward, _reshape_alias,
-    _unsafe_index (-> index), tril / triu, mv / dot.
+    _unsafe_index (-> index), tril / triu, mv / dot, bitwise not/and/or on bool (-> logical).
+
+  left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
+    (slice_backward); Inductor lowers both directly, their decompositions are worse.
 
 Ops that are neither lowered by C++ nor decomposed run through the per-op fallback (the
 eager kernel), so a missing entry costs speed, never correctness.
@@ -42,6 +45,20 @@ import torch
 from torch._decomp import get_decompositions
 
 aten = torch.ops.aten
+
+# The primitive set coil's C++ is meant to lower (op packet names, any overload). Ops in the
+# graphs outside this set are listed as extras in docs/primitive-ops.md.
+PRIMITIVE_OPS = frozenset("""
+    add sub mul div neg abs exp log tanh sigmoid erf sqrt rsqrt reciprocal pow maximum minimum
+    where eq ne lt le gt ge logical_and logical_or logical_not logical_xor clamp relu gelu
+    gelu_backward sigmoid_backward tanh_backward threshold_backward convert_element_type
+    _to_copy full scalar_tensor arange iota empty empty_strided sum mean amax amin max argmax
+    argmin var_mean prod any all view _unsafe_view permute expand squeeze unsqueeze slice
+    select as_strided cat constant_pad_nd embedding index index_select index_put gather
+    scatter_add mm bmm addmm convolution convolution_backward max_pool2d_with_indices
+    max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward _adaptive_avg_pool2d
+    rand_like bernoulli
+""".split())
 
 # OpOverloadPackets (all overloads) or single OpOverloads to decompose.
 _DECOMPOSE = [
@@ -200,7 +217,24 @@ def _coil_overrides() -> dict:
         # Same semantics as index_put without the bounds check, which coil does not do anyway.
         return aten.index_put.default(x, indices, values, accumulate)
 
+    def bitwise_not(x):
+        return aten.logical_not.default(x) if x.dtype == torch.bool else NotImplemented
+
+    def bitwise_and(a, b):
+        if a.dtype == torch.bool and b.dtype == torch.bool:
+            return aten.logical_and.default(a, b)
+        return NotImplemented
+
+    def bitwise_or(a, b):
+        if a.dtype == torch.bool and b.dtype == torch.bool:
+            return aten.logical_or.default(a, b)
+        return NotImplemented
+
     return {
+        # On bool tensors (masks) the bitwise ops are the logical ones.
+        aten.bitwise_not.default: bitwise_not,
+        aten.bitwise_and.Tensor: bitwise_and,
+        aten.bitwise_or.Tensor: bitwise_or,
         aten._unsafe_index_put.default: unsafe_index_put,
         aten.split.Tensor: split,
         aten.split_with_sizes.default: split_with_sizes,

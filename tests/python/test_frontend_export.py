@@ -268,3 +268,31 @@ def test_dynamic_shapes_export_or_fall_back(fake_coil):
     assert r.graphs_compiled + len(r.graphs_fallen_back) >= 1
     for t in fake_coil.texts:
         assert re.search(r"\[s\d+", t) or "sym(" in t
+
+
+def test_decomposition_table_choice():
+    d = coil.coil_decompositions()
+    for op in (aten._softmax.default, aten.native_layer_norm.default,
+               aten.native_batch_norm.default, aten._native_batch_norm_legit_functional.default,
+               aten.native_layer_norm_backward.default, aten.nll_loss_forward.default,
+               aten.native_dropout.default, aten.embedding_dense_backward.default,
+               aten.silu.default, aten.t.default, aten.clone.default, aten.split.Tensor):
+        assert op in d, op
+    for op in (aten.mm.default, aten.addmm.default, aten.var_mean.correction,
+               aten.mean.dim, aten.gelu.default, aten.gelu_backward.default,
+               aten.threshold_backward.default, aten.convolution.default,
+               aten.embedding.default, aten._to_copy.default, aten.sum.dim_IntList):
+        assert op not in d, op
+
+
+def test_dropout_graph(fake_coil):
+    def g(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * 2
+
+    x = torch.ones(64, 64)
+    out = torch.compile(g, backend="coil")(x)
+    ops = {l.split(" = ")[1].split("(")[0] for t in fake_coil.texts for l in t.splitlines()[1:-1]}
+    assert not any("dropout" in o for o in ops), ops
+    # Every element is 0 or 4 (kept and scaled by 1/(1-p), times 2), about half each.
+    assert set(out.unique().tolist()) <= {0.0, 4.0}
+    assert 0.3 < (out == 0).float().mean().item() < 0.7
