@@ -30,7 +30,7 @@ double ref_exp2(double x) { return std::exp2(x); }
 
 const Unary kUnary[] = {
     {"exp", [](float x) { return coil::m::exp(x); }, [](double x) { return std::exp(x); }, 1.0},
-    {"exp2", [](float x) { return coil::m::exp2(x); }, ref_exp2, 1.0},
+    {"exp2", [](float x) { return coil::m::exp2(x); }, ref_exp2, 1.5},
     {"expm1", [](float x) { return coil::m::expm1(x); }, [](double x) { return std::expm1(x); },
      2.0},
     {"log", [](float x) { return coil::m::log(x); }, [](double x) { return std::log(x); }, 1.0},
