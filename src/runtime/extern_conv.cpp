@@ -7,8 +7,8 @@ namespace coil::runtime::kernels {
 using namespace coil::runtime::detail;
 
 ConvParams ConvParams::from_ints(std::span<const int64_t> ints, int nd) {
-  COIL_USER_CHECK(nd >= 1 && static_cast<int64_t>(ints.size()) == 5 * nd + 2)
-      << "convolution: expected " << 5 * nd + 2 << " int attributes, got " << ints.size();
+  COIL_USER_CHECK(nd >= 1 && static_cast<int64_t>(ints.size()) == 4 * nd + 2)
+      << "convolution: expected " << 4 * nd + 2 << " int attributes, got " << ints.size();
   ConvParams p;
   auto take = [&](size_t at) {
     return std::vector<int64_t>(ints.begin() + at, ints.begin() + at + nd);
