@@ -52,11 +52,4 @@ const LoweringRegistry& lowering_registry() {
 
 bool has_lowering(std::string_view op) { return lowering_registry().find(op) != nullptr; }
 
-// Temporary: empty weak definitions for the families whose files are not written yet, so the
-// library links either way. Remove each once its file exists (a weak definition here would
-// keep the linker from pulling the real one out of the static library).
-__attribute__((weak)) void register_index_lowerings(LoweringRegistry&) {}
-__attribute__((weak)) void register_linalg_lowerings(LoweringRegistry&) {}
-__attribute__((weak)) void register_pool_lowerings(LoweringRegistry&) {}
-
 }  // namespace coil::lower
