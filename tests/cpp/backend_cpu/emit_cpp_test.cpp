@@ -1,0 +1,339 @@
+// Emitted C++ kernels, compiled with the host compiler and run through the memory plan, against
+// the reference interpreter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "../sched/test_programs.h"
+#include "coil/backend/cpu/emit_cpp.h"
+#include "coil/backend/cpu/host_compiler.h"
+#include "coil/loop/interpreter.h"
+#include "coil/sched/schedule.h"
+
+namespace coil::testing {
+namespace {
+
+using backend::cpu::CppSource;
+using loop::HostTensor;
+
+struct KernelRun {
+  std::vector<HostTensor> outputs;
+  CppSource source;
+  std::string log;
+  sched::Schedule schedule;
+};
+
+loop::BufferId root(const loop::LoopProgram& p, loop::BufferId b) {
+  while (p.buffer(b).kind == loop::BufferKind::View) b = p.buffer(b).view_of;
+  return b;
+}
+
+// Runs the scheduled program as the runtime would: storages per the memory plan (poisoned with
+// NaN bytes on allocation and on free), kernels in schedule order.
+KernelRun compile_and_run(const loop::LoopProgram& p, const std::vector<HostTensor>& inputs,
+                          CompileOptions o = {}) {
+  KernelRun run;
+  run.schedule = sched::schedule_program(p, o);
+  const auto& s = run.schedule;
+  run.source = backend::cpu::emit_cpp(p, s, o);
+  auto compiled = backend::cpu::compile_and_load(run.source.code, o);
+  // Never dlclose: unloading a library that brought in libgomp while its worker threads idle
+  // crashes them.
+  static std::vector<std::shared_ptr<backend::cpu::SharedLibrary>> keep_loaded;
+  keep_loaded.push_back(compiled.library);
+  run.log = compiled.log;
+  std::unordered_map<sym::Expr, int64_t> env;
+  std::vector<int64_t> sizes;
+  for (const auto& ss : p.size_symbols) {
+    const HostTensor& t = inputs.at(ss.input);
+    int64_t v = ss.dim >= 0 ? t.sizes.at(ss.dim) : t.strides.at(-ss.dim - 1);
+    env[ss.symbol] = v;
+    sizes.push_back(v);
+  }
+  std::vector<std::shared_ptr<std::vector<unsigned char>>> storages(s.memory.storage_bytes.size());
+  std::vector<void*> bufs(p.buffers.size(), nullptr);
+  for (size_t k = 0; k < p.inputs.size(); ++k) {
+    const HostTensor& t = inputs[k];
+    bufs[p.inputs[k]] = t.storage->data() + t.offset * dtype_size(t.dtype);
+  }
+  for (size_t t = 0; t < s.order.size(); ++t) {
+    for (int sid : s.memory.alloc_before[t]) {
+      int64_t bytes = p.ctx->evaluate(s.memory.storage_bytes[sid], env);
+      storages[sid] = std::make_shared<std::vector<unsigned char>>(bytes, 0xff);
+      for (size_t b = 0; b < p.buffers.size(); ++b) {
+        if (s.memory.buffer_storage[b] == sid) bufs[b] = storages[sid]->data();
+      }
+    }
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (p.buffer(b).kind == loop::BufferKind::View) bufs[b] = bufs[root(p, b)];
+    }
+    const auto& step = s.order[t];
+    if (step.kind != sched::ScheduledStep::Kind::Kernel) {
+      ADD_FAILURE() << "externs are not run here";
+      return run;
+    }
+    using Fn = void (*)(void* const*, const int64_t*);
+    auto fn =
+        reinterpret_cast<Fn>(compiled.library->symbol(run.source.kernel_symbols.at(step.index)));
+    fn(bufs.data(), sizes.data());
+    for (int sid : s.memory.free_after[t]) {
+      std::memset(storages[sid]->data(), 0xff, storages[sid]->size());
+      storages[sid].reset();
+    }
+  }
+  for (loop::BufferId o : p.outputs) {
+    const loop::Buffer& b = p.buffer(o);
+    HostTensor t;
+    t.dtype = b.dtype;
+    for (auto e : b.sizes) t.sizes.push_back(p.ctx->evaluate(e, env));
+    for (auto e : b.strides) t.strides.push_back(p.ctx->evaluate(e, env));
+    t.offset = b.offset ? p.ctx->evaluate(b.offset, env) : 0;
+    int sid = s.memory.buffer_storage.at(root(p, o));
+    EXPECT_GE(sid, 0);
+    if (sid >= 0) t.storage = storages.at(sid);
+    EXPECT_TRUE(t.storage) << "output storage was freed";
+    run.outputs.push_back(t);
+  }
+  return run;
+}
+
+HostTensor random_tensor(DType t, std::vector<int64_t> sizes, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> d(0.0, 2.0);
+  int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(gen);
+  return HostTensor::from_doubles(t, std::move(sizes), v);
+}
+
+void expect_close(const HostTensor& got, const HostTensor& want, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(got.sizes, want.sizes) << what;
+  std::vector<double> g = got.to_doubles(), w = want.to_doubles();
+  int bad = 0;
+  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
+    bool ok = (std::isnan(g[i]) && std::isnan(w[i])) ||
+              std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
+    if (!ok) {
+      ++bad;
+      ADD_FAILURE() << what << "[" << i << "]: got " << g[i] << ", want " << w[i];
+    }
+  }
+}
+
+void expect_matches_interpreter(const loop::LoopProgram& p, const std::vector<HostTensor>& in,
+                                const KernelRun& run, double rtol = 1e-5, double atol = 1e-6) {
+  std::vector<HostTensor> want = loop::interpret(p, in);
+  ASSERT_EQ(want.size(), run.outputs.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    expect_close(run.outputs[k], want[k], rtol, atol, "output " + std::to_string(k));
+  }
+}
+
+// Source line spans [pragma, closing brace] (1-based) of the loops that carry
+// `#pragma omp ... simd`. (gcc reports a vectorized omp simd loop at its pragma, its `for` or a
+// body line.)
+std::vector<std::pair<int, int>> simd_loop_lines(const std::string& code) {
+  std::vector<std::string> lines;
+  std::istringstream is(code);
+  for (std::string l; std::getline(is, l);) lines.push_back(l);
+  std::vector<std::pair<int, int>> out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("#pragma omp") == std::string::npos ||
+        lines[i].find("simd") == std::string::npos) {
+      continue;
+    }
+    int depth = 0;
+    size_t j = i + 1;
+    for (; j < lines.size(); ++j) {
+      for (char c : lines[j]) depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+      if (depth == 0) break;
+    }
+    out.push_back({static_cast<int>(i + 1), static_cast<int>(j + 1)});
+  }
+  return out;
+}
+
+bool span_vectorized(const std::set<int>& vec, std::pair<int, int> span) {
+  auto it = vec.lower_bound(span.first);
+  return it != vec.end() && *it <= span.second;
+}
+
+// Lines the vectorizer report (-fopt-info-vec-optimized) says were vectorized.
+std::set<int> vectorized_lines(const std::string& log) {
+  std::set<int> out;
+  std::regex re(R"(\.cpp:(\d+):\d+: optimized: loop vectorized)");
+  for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end; ++it) {
+    out.insert(std::stoi((*it)[1]));
+  }
+  return out;
+}
+
+TEST(EmitCpp, SoftmaxOneKernelMatchesInterpreter) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(8), b.c(16));
+  auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {8, 16}, 1)};
+  KernelRun run = compile_and_run(b.p, in);
+  ASSERT_EQ(run.source.kernel_symbols.size(), 1u);
+  EXPECT_NE(run.source.code.find("//   step0 buf1 = reduce max [8] over [16] (local)"),
+            std::string::npos)
+      << run.source.code;
+  EXPECT_NE(run.source.code.find("const float* __restrict__ in0 = (const float*)bufs[0];"),
+            std::string::npos);
+  // Small: no OpenMP parallel region.
+  EXPECT_EQ(run.source.code.find("omp parallel"), std::string::npos) << run.source.code;
+  expect_matches_interpreter(b.p, in, run);
+}
+
+TEST(EmitCpp, LargeSoftmaxIsParallelAndVectorized) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(64), b.c(1000));
+  auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {64, 1000}, 2)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  EXPECT_NE(run.source.code.find("#pragma omp parallel for"), std::string::npos) << run.source.code;
+  expect_matches_interpreter(b.p, in, run);
+  auto loops = simd_loop_lines(run.source.code);
+  EXPECT_EQ(loops.size(), 3u) << run.source.code;  // max, sum, normalize
+  std::set<int> vec = vectorized_lines(run.log);
+  for (auto l : loops) {
+    EXPECT_TRUE(span_vectorized(vec, l)) << "loop at line " << l.first << " not vectorized\n"
+                                         << run.source.code << "\n"
+                                         << run.log;
+  }
+}
+
+TEST(EmitCpp, SymbolicSoftmaxDecidesParallelAtRunTime) {
+  ProgramBuilder b;
+  Expr s0 = b.size_symbol("s0", 0, 0), s1 = b.size_symbol("s1", 0, 1);
+  build_softmax(b, s0, s1);
+  EXPECT_EQ(b.p.size_symbols.size(), 2u);
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{3, 5}, {37, 129}, {300, 257}}) {
+    auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {r, c}, 3)};
+    KernelRun run = compile_and_run(b.p, in);
+    EXPECT_NE(run.source.code.find("const int64_t s1 = sizes[1];"), std::string::npos);
+    EXPECT_NE(run.source.code.find(" if("), std::string::npos) << run.source.code;
+    expect_matches_interpreter(b.p, in, run);
+  }
+}
+
+TEST(EmitCpp, Bf16SoftmaxMatchesInterpreter) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(16), b.c(48), DType::BFloat16);
+  auto in = std::vector<HostTensor>{random_tensor(DType::BFloat16, {16, 48}, 4)};
+  KernelRun run = compile_and_run(b.p, in);
+  EXPECT_NE(run.source.code.find("coil::to_bf16("), std::string::npos);
+  EXPECT_NE(run.source.code.find("coil::to_f32(in0["), std::string::npos);
+  expect_matches_interpreter(b.p, in, run, 1e-2, 1e-3);
+}
+
+TEST(EmitCpp, LayerNormMatchesInterpreter) {
+  ProgramBuilder b;
+  build_layer_norm(b, b.c(33), b.c(300));
+  auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {33, 300}, 5),
+                                    random_tensor(DType::Float32, {300}, 6),
+                                    random_tensor(DType::Float32, {300}, 7)};
+  KernelRun run = compile_and_run(b.p, in);
+  ASSERT_EQ(run.schedule.kernels.size(), 1u);
+  expect_matches_interpreter(b.p, in, run, 1e-4, 1e-5);
+}
+
+TEST(EmitCpp, PointwiseChainVectorizes) {
+  ProgramBuilder b;
+  build_pointwise_chain(b, b.c(64), b.c(256));
+  auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {64, 256}, 8),
+                                    random_tensor(DType::Float32, {64, 256}, 9)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run, 1e-5, 1e-6);
+  auto loops = simd_loop_lines(run.source.code);
+  ASSERT_EQ(loops.size(), 1u) << run.source.code;
+  EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loops[0])) << run.source.code << "\n"
+                                                                    << run.log;
+}
+
+TEST(EmitCpp, ReductionsWithNanAndTies) {
+  ProgramBuilder b;
+  build_independent_reductions(b, b.c(8), b.c(16));
+  std::vector<double> v(8 * 16);
+  std::mt19937 gen(10);
+  for (auto& x : v) x = static_cast<int>(gen() % 7) - 3;  // many ties
+  v[2 * 16 + 5] = NAN;                                    // row 2: NaN in the middle
+  v[5 * 16 + 0] = NAN;                                    // row 5: NaN first
+  v[5 * 16 + 9] = NAN;
+  for (int j = 0; j < 16; ++j) v[7 * 16 + j] = -1;  // row 7: all equal, none > 0
+  auto in = std::vector<HostTensor>{HostTensor::from_doubles(DType::Float32, {8, 16}, v)};
+  KernelRun run = compile_and_run(b.p, in);
+  ASSERT_EQ(run.schedule.kernels.size(), 1u);
+  expect_matches_interpreter(b.p, in, run);
+  // Direct checks of PyTorch semantics.
+  auto mx = run.outputs[1].to_doubles(), mn = run.outputs[2].to_doubles();
+  auto am = run.outputs[3].to_doubles(), any = run.outputs[4].to_doubles();
+  EXPECT_TRUE(std::isnan(mx[2]) && std::isnan(mn[2]) && std::isnan(mx[5]));
+  EXPECT_EQ(am[2], 5);
+  EXPECT_EQ(am[5], 0);
+  EXPECT_EQ(am[7], 0);
+  EXPECT_EQ(any[7], 0);
+  for (int r = 0; r < 8; ++r) {
+    if (r == 2 || r == 5) continue;
+    int first = 0;
+    for (int j = 1; j < 16; ++j) {
+      if (v[r * 16 + j] > v[r * 16 + first]) first = j;
+    }
+    EXPECT_EQ(am[r], first) << "row " << r;
+  }
+}
+
+TEST(EmitCpp, TransposesThroughReusedStorage) {
+  ProgramBuilder b;
+  build_transposes(b, b.c(40), b.c(24));
+  auto in = std::vector<HostTensor>{random_tensor(DType::Float32, {40, 24}, 11)};
+  KernelRun run = compile_and_run(b.p, in);
+  EXPECT_EQ(run.schedule.kernels.size(), 4u);
+  EXPECT_EQ(run.schedule.memory.buffer_storage[1], run.schedule.memory.buffer_storage[3]);
+  expect_matches_interpreter(b.p, in, run);
+}
+
+TEST(EmitCpp, MaskedLoadsIndexExprsAndIntegers) {
+  // out[i] = where(i + 1 < N, x[i + 1] (masked), -1) + float(floordiv(i - 5, 3)) + (i % 4 == 0)
+  ProgramBuilder b;
+  auto& ctx = b.ctx();
+  const DType f = DType::Float32, i64 = DType::Int64;
+  Expr N = b.c(50);
+  auto x = b.input(f, {N});
+  auto out = b.buffer(f, {N});
+  b.node(out, {N}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    Expr next = ctx.add(i[0], ctx.one());
+    InstrId m = bb.index_expr(ctx.lt(next, N), DType::Bool);
+    InstrId ld = bb.load(x, f, {next}, m);
+    InstrId w = bb.op(InstrKind::Where, f, m, ld, bb.constant(-1, f));
+    InstrId q = bb.op(InstrKind::FloorDiv, i64,
+                      bb.op(InstrKind::Sub, i64, bb.index_expr(i[0]), bb.int_constant(5, i64)),
+                      bb.int_constant(3, i64));
+    InstrId r =
+        bb.op(InstrKind::Eq, DType::Bool,
+              bb.op(InstrKind::Remainder, i64, bb.index_expr(i[0]), bb.int_constant(4, i64)),
+              bb.int_constant(0, i64));
+    InstrId sum = bb.op(InstrKind::Add, f, w, bb.cast(q, f));
+    return bb.op(InstrKind::Add, f, sum, bb.cast(r, f));
+  });
+  b.p.outputs = {out};
+  auto in = std::vector<HostTensor>{random_tensor(f, {50}, 12)};
+  KernelRun run = compile_and_run(b.p, in);
+  expect_matches_interpreter(b.p, in, run);
+  auto got = run.outputs[0].to_doubles();
+  EXPECT_FLOAT_EQ(got[49], -1 + std::floor((49 - 5) / 3.0) + 0);
+  EXPECT_FLOAT_EQ(got[0], in[0].to_doubles()[1] + std::floor(-5 / 3.0) + 1);
+}
+
+}  // namespace
+}  // namespace coil::testing
