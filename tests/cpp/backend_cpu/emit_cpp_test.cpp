@@ -337,3 +337,62 @@ TEST(EmitCpp, MaskedLoadsIndexExprsAndIntegers) {
 
 }  // namespace
 }  // namespace coil::testing
+
+namespace coil::testing {
+namespace {
+
+// A full reduction (outer space []) followed by a pointwise consumer over [N]: one kernel, the
+// reduction parallelized with an OpenMP reduction clause; plus prod / all / int sum reductions.
+TEST(EmitCpp, FullReductionThenPointwise) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr N = b.c(100000);
+  auto x = b.input(f, {N});
+  auto s = b.buffer(f, {});
+  b.node(s, {}, {}, ReduceKind::Sum, {N},
+         [&](BodyBuilder& bb, auto&, auto& r) { return bb.load(x, f, {r[0]}); });
+  auto out = b.buffer(f, {N});
+  b.node(out, {N}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Sub, f, bb.load(x, f, {i[0]}), bb.load(s, f, {}));
+  });
+  auto all = b.buffer(DType::Bool, {});
+  b.node(all, {}, {}, ReduceKind::All, {N}, [&](BodyBuilder& bb, auto&, auto& r) {
+    return bb.op(InstrKind::Gt, DType::Bool, bb.load(x, f, {r[0]}), bb.constant(-100, f));
+  });
+  auto isum = b.buffer(DType::Int64, {});
+  b.node(isum, {}, {}, ReduceKind::Sum, {N}, [&](BodyBuilder& bb, auto&, auto& r) {
+    return bb.cast(bb.op(InstrKind::Gt, DType::Bool, bb.load(x, f, {r[0]}), bb.constant(0, f)),
+                   DType::Int64);
+  });
+  b.p.outputs = {out, all, isum};
+  auto in = std::vector<HostTensor>{random_tensor(f, {100000}, 13)};
+  KernelRun run = compile_and_run(b.p, in);
+  ASSERT_EQ(run.schedule.kernels.size(), 1u) << run.schedule.fusion_log;
+  EXPECT_EQ(run.schedule.kernels[0].local_buffers, std::vector<int>{s});
+  EXPECT_NE(run.source.code.find("#pragma omp parallel for simd reduction(+:acc)"),
+            std::string::npos)
+      << run.source.code;
+  expect_matches_interpreter(b.p, in, run, 1e-4, 1e-3);
+}
+
+TEST(EmitCpp, ProdOverInnerDimAndNumThreads) {
+  ProgramBuilder b;
+  const DType f = DType::Float64;
+  Expr R = b.c(300), C = b.c(200);
+  auto x = b.input(f, {R, C});
+  auto p = b.buffer(f, {R});
+  b.node(p, {R}, {nullptr}, ReduceKind::Prod, {C}, [&](BodyBuilder& bb, auto& i, auto& r) {
+    return bb.op(InstrKind::Add, f, bb.constant(1, f),
+                 bb.op(InstrKind::Mul, f, bb.constant(0.01, f), bb.load(x, f, {i[0], r[0]})));
+  });
+  b.p.outputs = {p};
+  CompileOptions o;
+  o.num_threads = 3;
+  auto in = std::vector<HostTensor>{random_tensor(f, {300, 200}, 14)};
+  KernelRun run = compile_and_run(b.p, in, o);
+  EXPECT_NE(run.source.code.find("num_threads(3)"), std::string::npos) << run.source.code;
+  expect_matches_interpreter(b.p, in, run, 1e-10, 1e-12);
+}
+
+}  // namespace
+}  // namespace coil::testing
