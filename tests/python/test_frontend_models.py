@@ -135,3 +135,23 @@ def test_batchnorm_eval_and_train_buffers(fake_coil):
     torch.testing.assert_close(bn.running_mean, ref_bn.running_mean, **TOL)
     torch.testing.assert_close(bn.running_var, ref_bn.running_var, **TOL)
     assert bn.num_batches_tracked.item() == ref_bn.num_batches_tracked.item() == 2
+
+
+@pytest.mark.parametrize("name", ["attention_block", "mlp_sgd"])
+def test_real_extension_matches_eager(real_coil, name, tmp_path, monkeypatch):
+    # With the C++ extension built: compile for real (kernel cache in a temp dir).
+    monkeypatch.delenv("COIL_STRICT", raising=False)
+    coil.reset_report()
+    torch._dynamo.reset()
+    builder, trains = M.MODELS[name]
+    model, inputs = builder()
+    ref_model = copy.deepcopy(model)
+    ref = _run(ref_model, inputs, trains)
+    out = _run(torch.compile(model, backend="coil", options={"cache_dir": str(tmp_path)}),
+               inputs, trains)
+    torch._dynamo.reset()
+    torch.testing.assert_close(out, ref, **TOL)
+    for (k, g), (_, rg) in zip(_grads(model).items(), _grads(ref_model).items()):
+        torch.testing.assert_close(g, rg, **GRAD_TOL)
+    r = coil.report()
+    assert r.graphs_compiled == 2 and r.graphs_fallen_back == [], r
