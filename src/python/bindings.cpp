@@ -7,6 +7,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
@@ -97,6 +98,49 @@ nb::dlpack::dtype dtype_to_dlpack(DType d) {
   throw std::logic_error("bad dtype");
 }
 
+// --- DLPack (the unversioned ABI, stable since DLPack 0.2; what torch._C._from_dlpack reads)
+
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+// torch entry points, looked up once (the module does not import torch until first use).
+struct Torch {
+  nb::object tensor_type, to_dlpack, from_dlpack;
+  static Torch& get() {
+    static Torch* t = [] {
+      auto* r = new Torch();  // never destroyed: interpreter shutdown order
+      nb::module_ torch = nb::module_::import_("torch");
+      nb::object c = torch.attr("_C");
+      r->tensor_type = torch.attr("Tensor");
+      r->to_dlpack = c.attr("_to_dlpack");
+      r->from_dlpack = c.attr("_from_dlpack");
+      return r;
+    }();
+    return *t;
+  }
+};
+
 // --- tensors in
 
 // Keeps a DLPack import alive; released under the GIL from whichever thread drops it.
@@ -109,16 +153,25 @@ struct ImportHolder {
   }
 };
 
+[[noreturn]] void bad_tensor(const char* what, size_t index, const char* why) {
+  throw nb::type_error(
+      ("coil: " + std::string(what) + " " + std::to_string(index) + " " + why).c_str());
+}
+
 RuntimeTensor from_torch(nb::handle obj, const char* what, size_t index) {
   nb::ndarray<> array;
-  if (!nb::try_cast<nb::ndarray<>>(obj, array, /*convert=*/false))
-    throw nb::type_error(("coil: " + std::string(what) + " " + std::to_string(index) +
-                          " is not a tensor (DLPack import failed)")
-                             .c_str());
-  if (array.device_type() != nb::device::cpu::value)
-    throw nb::type_error(
-        ("coil: " + std::string(what) + " " + std::to_string(index) + " is not a cpu tensor")
-            .c_str());
+  Torch& torch = Torch::get();
+  bool ok = false;
+  if (PyObject_IsInstance(obj.ptr(), torch.tensor_type.ptr()) == 1) {
+    // torch._C._to_dlpack is a C function: far cheaper than Tensor.__dlpack__ (Python), and it
+    // accepts tensors that require grad (the runtime only reads them).
+    nb::object capsule = torch.to_dlpack(obj);
+    ok = nb::try_cast<nb::ndarray<>>(capsule, array, /*convert=*/false);
+  } else {
+    ok = nb::try_cast<nb::ndarray<>>(obj, array, /*convert=*/false);
+  }
+  if (!ok) bad_tensor(what, index, "is not a tensor (DLPack import failed)");
+  if (array.device_type() != nb::device::cpu::value) bad_tensor(what, index, "is not on the cpu");
   RuntimeTensor t;
   t.dtype = dtype_from_dlpack(array.dtype());
   size_t ndim = array.ndim();
@@ -135,22 +188,45 @@ RuntimeTensor from_torch(nb::handle obj, const char* what, size_t index) {
 
 // --- tensors out
 
-void drop_owner(void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); }
+struct Export {
+  DLManagedTensor managed;
+  RuntimeTensor tensor;  // sizes/strides back the DLTensor; owner keeps the storage alive
+};
+
+void export_deleter(DLManagedTensor* self) {
+  delete static_cast<Export*>(self->manager_ctx);  // may run without the GIL: owners cope
+}
+
+void capsule_destructor(PyObject* capsule) {
+  // Unconsumed capsules still own their tensor (consumers rename them "used_dltensor").
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
+  } else {
+    PyErr_Clear();
+  }
+}
 
 nb::object to_torch(RuntimeTensor&& t) {
-  size_t ndim = t.sizes.size();
-  size_t shape_small[8];
-  std::unique_ptr<size_t[]> shape_big;
-  size_t* shape = shape_small;
-  if (ndim > 8) {
-    shape_big.reset(new size_t[ndim]);
-    shape = shape_big.get();
+  auto* e = new Export();
+  e->tensor = std::move(t);
+  DLTensor& dl = e->managed.dl_tensor;
+  nb::dlpack::dtype dt = dtype_to_dlpack(e->tensor.dtype);
+  dl.data = e->tensor.data;
+  dl.device = {1 /* kDLCPU */, 0};
+  dl.ndim = static_cast<int32_t>(e->tensor.sizes.size());
+  dl.dtype = {dt.code, dt.bits, dt.lanes};
+  dl.shape = e->tensor.sizes.data();
+  dl.strides = e->tensor.strides.data();
+  dl.byte_offset = 0;
+  e->managed.manager_ctx = e;
+  e->managed.deleter = &export_deleter;
+  PyObject* cap = PyCapsule_New(&e->managed, "dltensor", &capsule_destructor);
+  if (!cap) {
+    delete e;
+    throw nb::python_error();
   }
-  for (size_t d = 0; d < ndim; ++d) shape[d] = static_cast<size_t>(t.sizes[d]);
-  nb::capsule owner(new std::shared_ptr<void>(std::move(t.owner)), &drop_owner);
-  nb::ndarray<nb::pytorch> array(t.data, ndim, shape, owner, t.strides.data(),
-                                 dtype_to_dlpack(t.dtype), nb::device::cpu::value);
-  return nb::cast(std::move(array), nb::rv_policy::reference);
+  return Torch::get().from_dlpack(nb::steal(cap));
 }
 
 // --- options
