@@ -396,3 +396,36 @@ TEST(EmitCpp, ProdOverInnerDimAndNumThreads) {
 
 }  // namespace
 }  // namespace coil::testing
+
+namespace coil::testing {
+namespace {
+
+// A pointwise producer [R, C] feeding a reduction over C: the kernel's outer space shrinks to
+// [R]; the producer keeps an inner loop and stays materialized.
+TEST(EmitCpp, PointwiseProducerIntoReduction) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr R = b.c(20), C = b.c(70);
+  auto x = b.input(f, {R, C});
+  auto a = b.buffer(f, {R, C});
+  b.node(a, {R, C}, {nullptr, nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Tanh, f, bb.load(x, f, {i[0], i[1]}));
+  });
+  auto s = b.buffer(f, {R});
+  b.node(s, {R}, {nullptr}, ReduceKind::Max, {C}, [&](BodyBuilder& bb, auto& i, auto& r) {
+    return bb.load(a, f, {i[0], r[0]});
+  });
+  b.p.outputs = {s};
+  auto in = std::vector<HostTensor>{random_tensor(f, {20, 70}, 15)};
+  KernelRun run = compile_and_run(b.p, in);
+  ASSERT_EQ(run.schedule.kernels.size(), 1u) << run.schedule.fusion_log;
+  EXPECT_EQ(run.schedule.kernels[0].outer_ranges.size(), 1u);
+  EXPECT_TRUE(run.schedule.kernels[0].local_buffers.empty());
+  EXPECT_NE(run.schedule.fusion_log.find("fused buf2 into kernel0 (vertical, pointwise+reduction"),
+            std::string::npos)
+      << run.schedule.fusion_log;
+  expect_matches_interpreter(b.p, in, run);
+}
+
+}  // namespace
+}  // namespace coil::testing
