@@ -125,7 +125,7 @@ int Graph::remove_dead_nodes() {
   int removed = 0;
   for (size_t i = order_.size(); i-- > 0;) {
     Node* n = order_[i];
-    bool used = false;
+    bool used = n->outputs_.empty();  // a node without outputs exists for its effect (asserts)
     for (Value* v : n->outputs_) {
       if (!v->users_.empty() || live_outputs.count(v)) {
         used = true;

@@ -149,7 +149,8 @@ class Graph {
 
   // Rewrites every use of `from` (in nodes and graph outputs) to `to`.
   void replace_all_uses(Value* from, Value* to);
-  // Removes nodes none of whose outputs are used; returns how many were removed.
+  // Removes nodes none of whose outputs are used (graph outputs count as uses); nodes without
+  // outputs (asserts) are kept. Returns how many were removed.
   int remove_dead_nodes();
 
  private:

@@ -94,6 +94,7 @@ TEST(Graph, DeadCodeElimination) {
       "  %3: f32[4], %4: i64[4] = aten.max.dim(%0, 1)\n"  // live through %4 only
       "  %5: f32[4, 4] = aten.relu.default(%0)\n"         // dead
       "  %6: f32[4] = aten.neg.default(%3)\n"             // dead, keeps nothing alive
+      "  aten._assert_async.msg(%4, \"check\")\n"         // no outputs: kept
       "  return (%4)\n",
       ctx);
   EXPECT_EQ(g->remove_dead_nodes(), 4);
@@ -102,6 +103,7 @@ TEST(Graph, DeadCodeElimination) {
   EXPECT_EQ(print_graph(*g),
             "graph(%0: f32[4, 4]):\n"
             "  %1: f32[4], %2: i64[4] = aten.max.dim(%0, 1)\n"
+            "  aten._assert_async.msg(%2, \"check\")\n"
             "  return (%2)\n");
   EXPECT_EQ(g->remove_dead_nodes(), 0);
 }
