@@ -249,7 +249,8 @@ Expr avg_divisor(sym::Context& c, const AvgArgs& a, Expr oh, Expr ow, Expr H, Ex
   Expr ws = c.sub(c.mul(ow, c_(c, a.w.stride[1])), c_(c, a.w.padding[1]));
   Expr he = c.min(c.add(hs, c_(c, a.w.kernel[0])), c.add(H, c_(c, a.w.padding[0])));
   Expr we = c.min(c.add(ws, c_(c, a.w.kernel[1])), c.add(W, c_(c, a.w.padding[1])));
-  if (a.count_include_pad) return c.mul(c.sub(he, hs), c.sub(we, ws));
+  // Windows that do not exist (masked-off candidates in the backward) get divisor 1, not 0.
+  if (a.count_include_pad) return c.max(c.mul(c.sub(he, hs), c.sub(we, ws)), c.one());
   Expr hn = c.max(c.sub(c.min(he, H), c.max(hs, c.zero())), c.zero());
   Expr wn = c.max(c.sub(c.min(we, W), c.max(ws, c.zero())), c.zero());
   // An empty window sums to 0; divide by 1 then instead of 0.
