@@ -9,6 +9,7 @@
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
 #include "coil/graph/verifier.h"
+#include "coil/support/error.h"
 
 namespace coil {
 namespace {
@@ -46,6 +47,33 @@ TEST(GoldenGraph, EachFileIsItsOwnPrintout) {
     sym::Context ctx2;
     auto g2 = parse_graph(printed, ctx2);
     EXPECT_EQ(print_graph(*g2), printed);
+  }
+}
+
+// Every prefix and every one-character corruption of a valid file either parses or throws
+// CompileError (never another exception, never a crash).
+TEST(GoldenGraph, DamagedTextFailsCleanly) {
+  for (const auto& f : golden_files()) {
+    SCOPED_TRACE(f.filename().string());
+    std::string text = read(f);
+    for (size_t len = 0; len < text.size(); len += 7) {
+      sym::Context ctx;
+      try {
+        parse_graph(std::string_view(text).substr(0, len), ctx);
+      } catch (const CompileError&) {
+      }
+    }
+    for (size_t i = 0; i < text.size(); i += 5) {
+      for (char c : {'%', '(', ']', ',', 'x', '9', '"', '-'}) {
+        std::string bad = text;
+        bad[i] = c;
+        sym::Context ctx;
+        try {
+          parse_graph(bad, ctx);
+        } catch (const CompileError&) {
+        }
+      }
+    }
   }
 }
 
