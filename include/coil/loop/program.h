@@ -71,6 +71,22 @@ struct ComputeNode {
   bool is_reduction() const { return reduce != ReduceKind::None; }
 };
 
+// Extern conventions (produced by src/lower/{linalg,index}.cpp, decoded by the runtime; see also
+// runtime/extern_kernels.h). Inputs may be strided Views; every kind has one output.
+//   Mm           inputs {a [M,K], b [K,N]}; Bmm: {a [B,M,K], b [B,K,N]}
+//   Addmm        inputs {bias (broadcastable to [M,N], passed as is), a, b}; scalars {beta, alpha}
+//   Convolution  inputs {input [N,C,*], weight [O,C/groups,*], (bias [O])}; ints {stride[nd],
+//                padding[nd], dilation[nd], transposed (0/1), output_padding[nd], groups},
+//                nd = rank(input) - 2 (one-element lists are expanded to nd); the output may have
+//                the graph's dense non-contiguous strides (channels-last)
+//   IndexPut     inputs {self, index_0 .. index_{k-1}, values}; ints {accumulate (0/1), dim_0 ..
+//                dim_{k-1}}: index_j (int64/int32, broadcast together) indexes dim_j of self
+//                (ascending; None entries of aten's list are simply absent). out = self;
+//                out[indices] = values (+= with accumulate); values broadcast to the indexed
+//                shape. Also used for scatter.src/value (k = rank, stride-0 arange index
+//                tensors for the other dims) and embedding_dense_backward (accumulate).
+//   ScatterAdd   inputs {self, index, src}; ints {dim (normalized)}: out = self;
+//                out[..., index[p], ...] += src[p] for every position p of index
 #define COIL_EXTERN_KINDS(X)                                                           \
   X(Mm, "mm")               /* out = a @ b, 2-d */                                     \
   X(Bmm, "bmm")             /* out = a @ b, 3-d batched */                             \
@@ -91,8 +107,8 @@ struct ExternNode {
   ExternKind kind = ExternKind::Fallback;
   std::vector<BufferId> inputs;   // may be View buffers (strided); outputs are Intermediate
   std::vector<BufferId> outputs;
-  // Scalar attributes: Addmm {beta, alpha}; Convolution {stride..., padding..., dilation...,
-  // transposed, output_padding..., groups} as documented in lower/; unused otherwise.
+  // Attributes, per kind as documented above COIL_EXTERN_KINDS: scalars (Addmm {beta, alpha})
+  // and ints (Convolution, IndexPut, ScatterAdd); unused otherwise.
   std::vector<double> scalars;
   std::vector<int64_t> ints;
   // The position of the graph node in Graph::nodes() and its op name. Fallback nodes are run by
