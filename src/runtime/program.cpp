@@ -206,10 +206,11 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
     }
   }
   detail::SizeCompiler sc(&slots);
-  for (size_t p = 0; p < program.inputs.size(); ++p) {
-    const loop::Buffer& b = program.buffer(program.inputs[p]);
-    for (size_t d = 0; d < b.sizes.size(); ++d) {
-      for (bool stride : {false, true}) {
+  // Sizes first (a wrong size is the clearer message), then strides.
+  for (bool stride : {false, true}) {
+    for (size_t p = 0; p < program.inputs.size(); ++p) {
+      const loop::Buffer& b = program.buffer(program.inputs[p]);
+      for (size_t d = 0; d < b.sizes.size(); ++d) {
         sym::Expr e = stride ? b.strides[d] : b.sizes[d];
         bool is_binding = false;
         for (const auto& bd : m.bindings)
