@@ -221,6 +221,20 @@ TEST(IndexLowering, SelectAndSliceScatter) {
   expect_equal(outs[2], {5, 6, 7}, w5);
 }
 
+TEST(IndexLowering, CatAndPadWithSymbolicSizes) {
+  std::vector<double> x = as_f32(random_values(12, 23));
+  auto outs = run_text(R"(graph(%0: f32[s0, 4]):
+  %1: f32[s0 + 1, 4] = aten.constant_pad_nd.default(%0, [0, 0, 1, 0], -1.0)
+  %2: f32[2*s0 + 1, 4] = aten.cat.default([%0, %1], 0)
+  return (%2)
+)",
+                       {HostTensor::from_doubles(DType::Float32, {3, 4}, x)});
+  std::vector<double> want = x;  // rows of x, then a row of -1, then rows of x
+  for (int j = 0; j < 4; ++j) want.push_back(-1.0);
+  want.insert(want.end(), x.begin(), x.end());
+  expect_close(outs[0], {7, 4}, want);
+}
+
 TEST(IndexLowering, IndexPutAndScatterBecomeExterns) {
   Lowered l = lower_text(
       R"(graph(%0: f32[5, 6, 7], %1: i64[3], %2: f32[3, 7], %3: i64[5, 2, 7], %4: f32[5, 6, 7]):

@@ -292,6 +292,35 @@ TEST(ReductionLowering, ReductionsAreRealizedComputeNodes) {
   EXPECT_EQ(reductions, 1);
 }
 
+TEST(ReductionLowering, SymbolicSizesAndInlinedProducer) {
+  const std::vector<int64_t> sz{5, 4};
+  std::vector<double> x = as_f32(random_values(20, 10));
+  Lowered l = lower_text(R"(graph(%0: f32[s0, 4]):
+  %1: f32[s0, 4] = aten.mul.Tensor(%0, %0)
+  %2: f32[4] = aten.sum.dim_IntList(%1, [0])
+  %3: f32[s0] = aten.mean.dim(%0, [-1])
+  %4: f32[] = aten.var.correction(%0, None, correction=1)
+  return (%2, %3, %4)
+)");
+  // The square is inlined into the reduction body: no step computes it on its own.
+  int pointwise_before_first_reduction = 0;
+  for (const auto& s : l.result.program.steps) {
+    auto* c = std::get_if<loop::ComputeNode>(&s);
+    if (c == nullptr) continue;
+    if (c->is_reduction()) break;
+    ++pointwise_before_first_reduction;
+  }
+  EXPECT_EQ(pointwise_before_first_reduction, 0);
+  auto outs = loop::interpret(l.result.program, {HostTensor::from_doubles(DType::Float32, sz, x)});
+  std::vector<double> sq = x;
+  for (auto& v : sq) v *= v;
+  expect_close(outs[0], {4}, map_groups(groups(sz, sq, {0}), sum_of));
+  expect_close(outs[1], {5}, map_groups(groups(sz, x, {1}), [](const std::vector<double>& v) {
+                 return sum_of(v) / v.size();
+               }));
+  expect_close(outs[2], {}, {var_of(x, 1)});
+}
+
 TEST(ReductionLowering, DuplicateDimIsACompileError) {
   EXPECT_THROW(lower_text(R"(graph(%0: f32[3, 4]):
   %1: f32[] = aten.sum.dim_IntList(%0, [1, -1])
