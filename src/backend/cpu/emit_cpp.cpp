@@ -445,7 +445,8 @@ class KernelEmitter {
   }
 
   // ---------------------------------------------------------------- bodies
-  std::string tmp(InstrId i) { return "t" + std::to_string(i); }
+  // "v" prefix: "t<N>" names the symbols bound by Indirect instructions.
+  std::string tmp(InstrId i) { return "v" + std::to_string(i); }
 
   // Emits the body's instructions as statements; returns the result's expression.
   std::string emit_body(const ComputeNode& n) {
