@@ -172,3 +172,33 @@ def test_random_draws_fresh_numbers():
     g2 = C.compile(text, {"seed": 1}, None)
     (a2,) = g2.run([x])
     assert torch.equal(a, a2)
+
+
+def test_auto_provider_matmul_library_conv_host():
+    calls = []
+
+    def fallback(node, inputs):
+        calls.append(len(inputs))
+        if len(inputs) == 2 and inputs[0].dim() == 2:
+            return [torch.mm(*inputs)]
+        return [torch.ops.aten.convolution.default(inputs[0], inputs[1], None, [1, 1], [0, 0],
+                                                   [1, 1], False, [0, 0], 1)]
+
+    mm = """graph(%0: f32[64, 64], %1: f32[64, 64]):
+  %2: f32[64, 64] = aten.mm.default(%0, %1)
+  return (%2)
+"""
+    g = C.compile(mm, {}, fallback)
+    assert "(library)" in g.describe()
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.testing.assert_close(g.run([a, b])[0], a @ b, rtol=1e-4, atol=1e-4)
+    assert calls == []
+    conv = """graph(%0: f32[1, 2, 5, 5], %1: f32[3, 2, 1, 1]):
+  %2: f32[1, 3, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)
+  return (%2)
+"""
+    g = C.compile(conv, {}, fallback)
+    assert "(host)" in g.describe()
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 1, 1)
+    torch.testing.assert_close(g.run([x, w])[0], torch.nn.functional.conv2d(x, w))
+    assert calls == [2]
