@@ -1,0 +1,155 @@
+// End to end: graph text -> compile_graph -> run, against references computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "coil/runtime/compiled_graph.h"
+#include "coil/runtime/extern_kernels.h"
+#include "coil/runtime/program.h"
+#include "coil/support/error.h"
+#include "test_util.h"
+
+namespace coil::runtime {
+namespace {
+
+using namespace testing;
+
+TEST(CompileGraph, PointwiseChain) {
+  const char* text = R"(graph(%0: f32[300], %1: f32[300]):
+  %2: f32[300] = aten.mul.Tensor(%0, %1)
+  %3: f32[300] = aten.add.Tensor(%2, 1.0)
+  %4: f32[300] = aten.exp.default(%3)
+  return (%4)
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto a = make_tensor<float>(DType::Float32, {300});
+  auto b = make_tensor<float>(DType::Float32, {300});
+  fill_random<float>(a, 1);
+  fill_random<float>(b, 2);
+  auto outs = g->run({a, b});
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].sizes, std::vector<int64_t>{300});
+  for (int64_t i = 0; i < 300; ++i) {
+    float want = std::exp(at<float>(a, {i}) * at<float>(b, {i}) + 1.0f);
+    EXPECT_NEAR(at<float>(outs[0], {i}), want, 1e-5 * want);
+  }
+  const auto& art = g->artifacts();
+  EXPECT_GE(art.num_kernels, 1);
+  EXPECT_FALSE(art.source.empty());
+  EXPECT_NE(art.input_graph.find("aten.exp.default"), std::string::npos);
+  ASSERT_GE(art.timings.size(), 6u);
+  EXPECT_EQ(art.timings[0].first, "parse");
+}
+
+TEST(CompileGraph, Softmax) {
+  const char* text = R"(graph(%0: f32[6, 40]):
+  %1: f32[6, 1] = aten.amax.default(%0, [1], true)
+  %2: f32[6, 40] = aten.sub.Tensor(%0, %1)
+  %3: f32[6, 40] = aten.exp.default(%2)
+  %4: f32[6, 1] = aten.sum.dim_IntList(%3, [1], true)
+  %5: f32[6, 40] = aten.div.Tensor(%3, %4)
+  return (%5)
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto x = make_tensor<float>(DType::Float32, {6, 40});
+  fill_random<float>(x, 3, -5, 5);
+  auto out = g->run({x})[0];
+  for (int64_t r = 0; r < 6; ++r) {
+    double mx = -1e30, sum = 0;
+    for (int64_t c = 0; c < 40; ++c) mx = std::max(mx, double(at<float>(x, {r, c})));
+    for (int64_t c = 0; c < 40; ++c) sum += std::exp(at<float>(x, {r, c}) - mx);
+    for (int64_t c = 0; c < 40; ++c)
+      EXPECT_NEAR(at<float>(out, {r, c}), std::exp(at<float>(x, {r, c}) - mx) / sum, 1e-6);
+  }
+}
+
+TEST(CompileGraph, MmWithTransposedOperandAndEpilogue) {
+  const char* text = R"(graph(%0: f32[9, 12], %1: f32[7, 12]):
+  %2: f32[12, 7]{1, 12} = aten.permute.default(%1, [1, 0])
+  %3: f32[9, 7] = aten.mm.default(%0, %2)
+  %4: f32[9, 7] = aten.relu.default(%3)
+  return (%4, %2)
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto a = make_tensor<float>(DType::Float32, {9, 12});
+  auto b = make_tensor<float>(DType::Float32, {7, 12});
+  fill_random<float>(a, 4);
+  fill_random<float>(b, 5);
+  auto outs = g->run({a, b});
+  for (int64_t m = 0; m < 9; ++m)
+    for (int64_t n = 0; n < 7; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < 12; ++k) acc += double(at<float>(a, {m, k})) * at<float>(b, {n, k});
+      EXPECT_NEAR(at<float>(outs[0], {m, n}), std::max(acc, 0.0), 1e-5);
+    }
+  // The permuted input is returned as a view of the input itself.
+  EXPECT_EQ(outs[1].data, b.data);
+  EXPECT_EQ(outs[1].strides, (std::vector<int64_t>{1, 12}));
+  EXPECT_EQ(g->program()->output_aliases_input(1), 1);
+}
+
+TEST(CompileGraph, FallbackFnAdoptsOrCopiesHostResults) {
+  const char* text = R"(graph(%0: f32[4, 5]):
+  %1: f32[4, 5] = aten.mul.Tensor(%0, 2.0)
+  %2: f32[4, 5] = aten.cumsum.default(%1, 1)
+  %3: f32[4, 5] = aten.add.Tensor(%2, 1.0)
+  return (%3)
+)";
+  int calls = 0;
+  FallbackFn fb = [&](int node, const std::vector<RuntimeTensor>& ins) {
+    ++calls;
+    EXPECT_EQ(node, 1);
+    EXPECT_EQ(ins.size(), 1u);
+    auto out = make_tensor<float>(DType::Float32, {4, 5},
+                                  calls % 2 ? std::vector<int>{} : std::vector<int>{1, 0});
+    for (int64_t r = 0; r < 4; ++r) {
+      float acc = 0;
+      for (int64_t c = 0; c < 5; ++c) at<float>(out, {r, c}) = acc += at<float>(ins[0], {r, c});
+    }
+    return std::vector<RuntimeTensor>{out};
+  };
+  auto g = compile_graph(text, CompileOptions{}, fb);
+  ASSERT_EQ(g->artifacts().fallback_ops.size(), 1u);
+  auto x = make_tensor<float>(DType::Float32, {4, 5});
+  fill_random<float>(x, 6);
+  for (int rep = 0; rep < 2; ++rep) {  // contiguous result (adopted), then transposed (copied)
+    auto out = g->run({x})[0];
+    for (int64_t r = 0; r < 4; ++r) {
+      float acc = 0;
+      for (int64_t c = 0; c < 5; ++c) {
+        acc += 2 * at<float>(x, {r, c});
+        EXPECT_NEAR(at<float>(out, {r, c}), acc + 1, 1e-5);
+      }
+    }
+  }
+  EXPECT_EQ(calls, 2);
+  CompileOptions strict;
+  strict.strict = true;
+  EXPECT_THROW(compile_graph(text, strict, fb), CompileError);
+  EXPECT_THROW(compile_graph(text, CompileOptions{}, nullptr), CompileError);
+}
+
+TEST(CompileGraph, SymbolicSizesAndGuards) {
+  const char* text = R"(graph(%0: f32[s0, 3]):
+  %1: f32[s0, 3] = aten.neg.default(%0)
+  return (%1)
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  for (int64_t n : {2, 5, 33}) {
+    auto x = make_tensor<float>(DType::Float32, {n, 3});
+    fill_random<float>(x, 7);
+    auto out = g->run({x})[0];
+    ASSERT_EQ(out.sizes, (std::vector<int64_t>{n, 3}));
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(at<float>(out, {i, 2}), -at<float>(x, {i, 2}));
+  }
+  auto bad = make_tensor<float>(DType::Float32, {4, 4});
+  EXPECT_THROW(g->run({bad}), InputMismatchError);
+  auto one = make_tensor<float>(DType::Float32, {1, 3});  // s0 has the range [2, inf)
+  EXPECT_THROW(g->run({one}), InputMismatchError);
+  auto f64 = make_tensor<double>(DType::Float64, {4, 3});
+  EXPECT_THROW(g->run({f64}), InputMismatchError);
+  EXPECT_THROW(g->run({}), InputMismatchError);
+}
+
+}  // namespace
+}  // namespace coil::runtime
