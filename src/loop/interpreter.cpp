@@ -952,6 +952,7 @@ class Interpreter {
         return;
       }
       case ExternKind::Convolution:
+      case ExternKind::ConvolutionBackward:
       case ExternKind::IndexPut:
       case ExternKind::ScatterAdd:
       case ExternKind::Fallback:

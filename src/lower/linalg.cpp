@@ -294,13 +294,9 @@ std::vector<TensorValue> lower_matmul(LoweringContext& ctx, const Node& node) {
 // dilation[nd], transposed, output_padding[nd], groups}, nd = rank(input) - 2. Lists given
 // with one element apply to every spatial dim. The output takes the graph's (dense) strides, so
 // a channels-last convolution stays channels-last.
-std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& node) {
-  const TensorValue& input = ctx.arg_value(node, 0, "input");
-  const TensorValue& weight = ctx.arg_value(node, 1, "weight");
-  const Arg* bias = node.arg(2, "bias");
-  const size_t rank = input.sizes.size();
-  COIL_USER_CHECK(rank >= 3) << "convolution: input must be at least 3-d (batched)";
-  const size_t nd = rank - 2;
+// The Convolution ints layout from the node's args starting at position `first` (stride),
+// shared by the forward and backward ops.
+std::vector<int64_t> conv_ints(const Node& node, size_t first, size_t nd) {
   auto list = [&](size_t i, std::string_view name, int64_t def) {
     std::vector<int64_t> out;
     const Arg* a = node.arg(i, name);
@@ -314,13 +310,28 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
     COIL_USER_CHECK(out.size() == nd) << "convolution: " << name << " has the wrong length";
     return out;
   };
-  std::vector<int64_t> stride = list(3, "stride", 1), padding = list(4, "padding", 0),
-                       dilation = list(5, "dilation", 1),
-                       output_padding = list(7, "output_padding", 0);
-  const Arg* tr = node.arg(6, "transposed");
+  std::vector<int64_t> stride = list(first, "stride", 1), padding = list(first + 1, "padding", 0),
+                       dilation = list(first + 2, "dilation", 1),
+                       output_padding = list(first + 4, "output_padding", 0);
+  const Arg* tr = node.arg(first + 3, "transposed");
   bool transposed = tr != nullptr && !tr->is_none() && tr->as_int() != 0;
-  const Arg* g = node.arg(8, "groups");
+  const Arg* g = node.arg(first + 5, "groups");
   int64_t groups = (g == nullptr || g->is_none()) ? 1 : g->as_int();
+  std::vector<int64_t> ints;
+  for (const auto* v : {&stride, &padding, &dilation})
+    ints.insert(ints.end(), v->begin(), v->end());
+  ints.push_back(transposed ? 1 : 0);
+  ints.insert(ints.end(), output_padding.begin(), output_padding.end());
+  ints.push_back(groups);
+  return ints;
+}
+
+std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& node) {
+  const TensorValue& input = ctx.arg_value(node, 0, "input");
+  const TensorValue& weight = ctx.arg_value(node, 1, "weight");
+  const Arg* bias = node.arg(2, "bias");
+  const size_t rank = input.sizes.size();
+  COIL_USER_CHECK(rank >= 3) << "convolution: input must be at least 3-d (batched)";
   DType dt = out_dtype(node);
   ExternNode e = extern_for(ctx, node, ExternKind::Convolution);
   e.inputs = {ctx.as_buffer(cast_value(ctx, input, dt)),
@@ -328,11 +339,7 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   if (bias != nullptr && bias->is_value()) {
     e.inputs.push_back(ctx.as_buffer(cast_value(ctx, ctx.value(bias->value()), dt)));
   }
-  for (const auto* v : {&stride, &padding, &dilation})
-    e.ints.insert(e.ints.end(), v->begin(), v->end());
-  e.ints.push_back(transposed ? 1 : 0);
-  e.ints.insert(e.ints.end(), output_padding.begin(), output_padding.end());
-  e.ints.push_back(groups);
+  e.ints = conv_ints(node, 3, rank - 2);
   const TensorMeta& meta = node.output(0)->meta();
   BufferId out = ctx.new_buffer(dt, meta.sizes);
   ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), meta);
@@ -341,9 +348,45 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   return {ctx.from_buffer(out)};
 }
 
+// convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask): one ConvolutionBackward extern whose
+// outputs are the gradients the mask asks for (the graph declares exactly those, in order).
+std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const Node& node) {
+  const TensorValue& grad = ctx.arg_value(node, 0, "grad_output");
+  const TensorValue& input = ctx.arg_value(node, 1, "input");
+  const TensorValue& weight = ctx.arg_value(node, 2, "weight");
+  const size_t rank = input.sizes.size();
+  COIL_USER_CHECK(rank >= 3) << "convolution_backward: input must be at least 3-d (batched)";
+  const Arg* mask_arg = node.arg(10, "output_mask");
+  COIL_USER_CHECK(mask_arg != nullptr && mask_arg->is_list() && mask_arg->list().size() == 3)
+      << "convolution_backward: output_mask must be a list of 3 bools";
+  std::vector<int64_t> mask;
+  for (const Arg& m : mask_arg->list()) mask.push_back(m.as_int() != 0);
+  const int64_t wanted = mask[0] + mask[1] + mask[2];
+  COIL_USER_CHECK(static_cast<int64_t>(node.outputs().size()) == wanted)
+      << "convolution_backward: " << node.outputs().size() << " outputs for " << wanted
+      << " set mask entries";
+  DType dt = node.output(0)->meta().dtype;
+  ExternNode e = extern_for(ctx, node, ExternKind::ConvolutionBackward);
+  e.inputs = {ctx.as_buffer(cast_value(ctx, grad, dt)), ctx.as_buffer(cast_value(ctx, input, dt)),
+              ctx.as_buffer(cast_value(ctx, weight, dt))};
+  e.ints = conv_ints(node, 4, rank - 2);
+  e.ints.insert(e.ints.end(), mask.begin(), mask.end());
+  std::vector<TensorValue> outs;
+  for (const Value* v : node.outputs()) {
+    BufferId out = ctx.new_buffer(v->meta().dtype, v->meta().sizes);
+    ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), v->meta());
+    e.outputs.push_back(out);
+  }
+  ctx.add_extern(e);
+  for (BufferId out : e.outputs) outs.push_back(ctx.from_buffer(out));
+  return outs;
+}
+
 }  // namespace
 
 void register_linalg_lowerings(LoweringRegistry& r) {
+  r.add("aten.convolution_backward.default", lower_convolution_backward);
   r.add("aten.mm.default", lower_mm);
   r.add("aten.bmm.default", lower_bmm);
   r.add("aten.addmm.default", lower_addmm);

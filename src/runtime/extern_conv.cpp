@@ -2,6 +2,8 @@
 #include "coil/runtime/extern_kernels.h"
 #include "element.h"
 
+#include <algorithm>
+
 namespace coil::runtime::kernels {
 
 using namespace coil::runtime::detail;
@@ -177,6 +179,92 @@ void convolution(const RuntimeTensor& input, const RuntimeTensor& weight, const 
     }
     conv2d<float>(fi.t, fw.t, fb ? &fb->t : nullptr, sh, sw, ph, pw, dh, dw, p.groups, fo.t);
     copy(fo.t, o2);
+  }
+}
+
+}  // namespace coil::runtime::kernels
+
+namespace coil::runtime::kernels {
+
+namespace {
+
+// A contiguous float64 copy of `t` viewed as 2-d spatial (1-d convolutions get H = 1).
+Scratch to_f64_2d(const RuntimeTensor& t) {
+  RuntimeTensor v = as_2d(t);
+  Scratch s(DType::Float64, v.sizes);
+  copy(v, s.t);
+  return s;
+}
+
+}  // namespace
+
+void convolution_backward(const RuntimeTensor& grad_output, const RuntimeTensor& input,
+                          const RuntimeTensor& weight, const ConvParams& p,
+                          const RuntimeTensor* grad_input, const RuntimeTensor* grad_weight,
+                          const RuntimeTensor* grad_bias) {
+  const int rank = static_cast<int>(input.sizes.size());
+  COIL_USER_CHECK(convolution_supported(input.dtype, rank, p))
+      << "convolution_backward: the library path supports 1-d/2-d floating convolutions only";
+  int64_t sh = 1, ph = 0, dh = 1;
+  int off = 0;
+  if (rank == 4) {
+    sh = p.stride[0], ph = p.padding[0], dh = p.dilation[0];
+    off = 1;
+  }
+  const int64_t sw = p.stride[off], pw = p.padding[off], dw = p.dilation[off];
+  Scratch go = to_f64_2d(grad_output), in = to_f64_2d(input), w = to_f64_2d(weight);
+  const int64_t N = in.t.sizes[0], C = in.t.sizes[1], H = in.t.sizes[2], W = in.t.sizes[3];
+  const int64_t O = w.t.sizes[0], Cg = w.t.sizes[1], KH = w.t.sizes[2], KW = w.t.sizes[3];
+  const int64_t OH = go.t.sizes[2], OW = go.t.sizes[3];
+  const int64_t G = p.groups, Og = O / G;
+  COIL_USER_CHECK(Cg * G == C && O % G == 0) << "convolution_backward: channel/group mismatch";
+  const double* g = static_cast<const double*>(go.t.data);
+  const double* x = static_cast<const double*>(in.t.data);
+  const double* k = static_cast<const double*>(w.t.data);
+  Scratch gi(DType::Float64, in.t.sizes), gw(DType::Float64, w.t.sizes);
+  double* dx = static_cast<double*>(gi.t.data);
+  double* dk = static_cast<double*>(gw.t.data);
+  std::fill(dx, dx + numel(gi.t), 0.0);
+  std::fill(dk, dk + numel(gw.t), 0.0);
+  // One pass over (n, o, oh, ow, c, kh, kw): each forward product contributes to both
+  // gradients. Parallel over output channels would race on dx; over n it races on dk, so the
+  // loops stay serial: this path is the fallback when no faster host kernel exists.
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      const int64_t grp = o / Og;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const double gv = g[((n * O + o) * OH + oh) * OW + ow];
+          if (gv == 0.0) continue;
+          for (int64_t c = 0; c < Cg; ++c) {
+            const int64_t ci = grp * Cg + c;
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const int64_t ih = oh * sh - ph + kh * dh;
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t iw = ow * sw - pw + kw * dw;
+                if (iw < 0 || iw >= W) continue;
+                const int64_t xi = ((n * C + ci) * H + ih) * W + iw;
+                const int64_t ki = ((o * Cg + c) * KH + kh) * KW + kw;
+                dx[xi] += gv * k[ki];
+                dk[ki] += gv * x[xi];
+              }
+            }
+          }
+        }
+    }
+  if (grad_input) copy(gi.t, as_2d(*grad_input));
+  if (grad_weight) copy(gw.t, as_2d(*grad_weight));
+  if (grad_bias) {
+    Scratch gb(DType::Float64, {O});
+    double* db = static_cast<double*>(gb.t.data);
+    for (int64_t o = 0; o < O; ++o) {
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < OH * OW; ++i) acc += g[(n * O + o) * OH * OW + i];
+      db[o] = acc;
+    }
+    copy(gb.t, *grad_bias);
   }
 }
 

@@ -87,11 +87,15 @@ struct ComputeNode {
 //                tensors for the other dims) and embedding_dense_backward (accumulate).
 //   ScatterAdd   inputs {self, index, src}; ints {dim (normalized)}: out = self;
 //                out[..., index[p], ...] += src[p] for every position p of index
+//   ConvolutionBackward  inputs {grad_output, input, weight}; ints: Convolution's layout
+//                followed by output_mask[3]; outputs: grad_input, grad_weight, grad_bias,
+//                only those whose mask entry is set, in that order.
 #define COIL_EXTERN_KINDS(X)                                                           \
   X(Mm, "mm")               /* out = a @ b, 2-d */                                     \
   X(Bmm, "bmm")             /* out = a @ b, 3-d batched */                             \
   X(Addmm, "addmm")         /* out = beta*bias + alpha*(a @ b) */                      \
   X(Convolution, "convolution")     /* aten.convolution forward */                     \
+  X(ConvolutionBackward, "convolution_backward")                                       \
   X(IndexPut, "index_put")          /* out = copy of in0; out[indices] = / += values */ \
   X(ScatterAdd, "scatter_add")      /* out = copy of in0; scatter-add along a dim */    \
   X(Fallback, "fallback")   /* an eager PyTorch op, by graph node position */

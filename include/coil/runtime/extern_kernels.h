@@ -56,6 +56,14 @@ bool convolution_supported(DType dtype, int input_rank, const ConvParams& p);
 void convolution(const RuntimeTensor& input, const RuntimeTensor& weight, const RuntimeTensor* bias,
                  const ConvParams& p, const RuntimeTensor& out);
 
+// Gradients of a forward (non-transposed, 1-d/2-d) convolution: grad_input, grad_weight and
+// grad_bias, each written only when its pointer is non-null. Direct loops accumulating in
+// double: the library path for use without PyTorch (inside PyTorch, ATen runs it).
+void convolution_backward(const RuntimeTensor& grad_output, const RuntimeTensor& input,
+                          const RuntimeTensor& weight, const ConvParams& p,
+                          const RuntimeTensor* grad_input, const RuntimeTensor* grad_weight,
+                          const RuntimeTensor* grad_bias);
+
 // out = self with out[indices] = values (accumulate: +=). `dims[j]` is the dim of self indexed
 // by indices[j].
 void index_put(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indices,

@@ -340,5 +340,63 @@ TEST(Copy, ConvertsAndHandlesStrides) {
   for_each(src.sizes, [&](auto i) { EXPECT_EQ(at<double>(dst, i), double(at<float>(src, i))); });
 }
 
+// convolution_backward against the forward kernel: L(x, w) = sum(g * conv(x, w)) is linear in
+// x and in w, so L(x + e_i, w) - L(x, w) is exactly grad_input[i] (and likewise for w).
+class ConvBackward : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvBackward, GradientsMatchForwardDifferences) {
+  const ConvCase& c = GetParam();
+  kernels::ConvParams p;
+  p.stride = {c.stride, c.stride};
+  p.padding = {c.pad, c.pad};
+  p.dilation = {c.dil, c.dil};
+  p.output_padding = {0, 0};
+  p.groups = c.groups;
+  const int64_t OH = (c.H + 2 * c.pad - c.dil * (c.K - 1) - 1) / c.stride + 1;
+  const int64_t OW = (c.W + 2 * c.pad - c.dil * (c.K - 1) - 1) / c.stride + 1;
+  auto x = make_tensor<double>(DType::Float64, {c.N, c.C, c.H, c.W}, c.in_perm);
+  auto w = make_tensor<double>(DType::Float64, {c.O, c.C / c.groups, c.K, c.K});
+  auto g = make_tensor<double>(DType::Float64, {c.N, c.O, OH, OW});
+  fill_random<double>(x, 21);
+  fill_random<double>(w, 22);
+  fill_random<double>(g, 23);
+  auto gx = make_tensor<double>(DType::Float64, x.sizes);
+  auto gw = make_tensor<double>(DType::Float64, w.sizes);
+  auto gb = make_tensor<double>(DType::Float64, {c.O});
+  kernels::convolution_backward(g, x, w, p, &gx, &gw, &gb);
+
+  auto out = make_tensor<double>(DType::Float64, g.sizes);
+  auto loss = [&] {
+    kernels::convolution(x, w, nullptr, p, out);
+    double s = 0;
+    for_each(out.sizes, [&](auto i) { s += at<double>(out, i) * at<double>(g, i); });
+    return s;
+  };
+  const double base = loss();
+  for_each(x.sizes, [&](auto i) {
+    at<double>(x, i) += 1.0;
+    EXPECT_NEAR(loss() - base, at<double>(gx, i), 1e-9);
+    at<double>(x, i) -= 1.0;
+  });
+  for_each(w.sizes, [&](auto i) {
+    at<double>(w, i) += 1.0;
+    EXPECT_NEAR(loss() - base, at<double>(gw, i), 1e-9);
+    at<double>(w, i) -= 1.0;
+  });
+  for (int64_t o = 0; o < c.O; ++o) {
+    double s = 0;
+    for_each(g.sizes, [&](auto i) {
+      if (i[1] == o) s += at<double>(g, i);
+    });
+    EXPECT_NEAR(at<double>(gb, {o}), s, 1e-9);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvBackward,
+                         ::testing::Values(ConvCase{2, 3, 5, 5, 4, 3, 1, 1, 1, 1, false, {}},
+                                           ConvCase{1, 4, 7, 6, 4, 3, 2, 1, 1, 2, false, {}},
+                                           ConvCase{
+                                               1, 2, 6, 6, 3, 3, 1, 2, 2, 1, false, {0, 2, 3, 1}}));
+
 }  // namespace
 }  // namespace coil::runtime
