@@ -23,6 +23,15 @@ def _register() -> None:
         return
     if "coil" in registry._COMPILER_FNS:
         return
+    # Installed: torch's lookup_backend loads the entry point (importing this package first)
+    # and then registers the name itself, failing on a duplicate; so leave it to torch.
+    try:
+        from importlib.metadata import entry_points
+
+        if any(ep.name == "coil" for ep in entry_points(group="torch_dynamo_backends")):
+            return
+    except Exception:  # pragma: no cover - broken metadata: register below
+        pass
     try:
         registry.register_backend(coil_backend, name="coil")
     except AssertionError:  # registered concurrently / by the entry point

@@ -190,7 +190,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
         t0 = time.perf_counter()
-        compiled = C.compile(exported.text, options.compile_options(), fallback)
+        compiled = C.compile(exported.text, options.compile_options(dump.dir), fallback)
         timings["python_compile_call"] = time.perf_counter() - t0
         artifacts = dict(compiled.artifacts)
     except Exception as e:

@@ -3,9 +3,9 @@ gets a folder under the debug dir:
 
   00_fx_graph.py       the ATen FX graph's Python code (gm.code)
   01_graph.txt         coil graph text handed to C++
-  02_loop_program.txt  loop IR after lowering           (CompiledGraph.artifacts)
-  03_schedule.txt      kernels after fusion, memory plan
-  04_fusion_log.txt    fusion decisions
+  02_loop_program.txt  loop IR after lowering           (written by C++, runtime/compile.cpp,
+  03_schedule.txt      kernels after fusion, memory plan  also when compilation fails, with
+  04_fusion_log.txt    fusion decisions                   compile_error.txt)
   05_kernels.cpp       generated source
   06_compiler.log      host compiler command and output
   timings.json         stage -> seconds (plus the Python-side export time)
@@ -46,14 +46,6 @@ class GraphDump:
     def artifacts(self, art: dict[str, Any], python_timings: dict[str, float]) -> None:
         if self.dir is None:
             return
-        self.write("02_loop_program.txt", str(art.get("loop_program", "")))
-        self.write("03_schedule.txt", str(art.get("schedule", "")))
-        self.write("04_fusion_log.txt", str(art.get("fusion_log", "")))
-        self.write("05_kernels.cpp", str(art.get("source", "")))
-        self.write(
-            "06_compiler.log",
-            f"$ {art.get('compiler_command', '')}\n{art.get('compiler_log', '')}",
-        )
         timings = dict(python_timings)
         for stage, secs in art.get("timings", []) or []:
             timings[str(stage)] = float(secs)

@@ -33,7 +33,22 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cache_dir": str,
     "debug_dir": str,
     "runtime_headers_dir": str,
+    "extern_provider": str,
+    "seed": int,
 }
+
+
+def _compile_option_fields() -> dict[str, type]:
+    """The C++ field list when the extension is built (the source of truth), else the table
+    above (tests/python/test_frontend_*.py checks that the two agree)."""
+    try:
+        from . import _coil
+    except ImportError:
+        return COMPILE_OPTION_FIELDS
+    if not hasattr(_coil, "option_fields"):  # a stand-in module (tests)
+        return COMPILE_OPTION_FIELDS
+    types = {"bool": bool, "int": int, "str": str}
+    return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool}
 
@@ -73,13 +88,13 @@ class CoilOptions:
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
-    def compile_options(self) -> dict[str, Any]:
-        """The dict for `_coil.compile`: CompileOptions field -> bool/int/str."""
+    def compile_options(self, graph_dump_dir: Any = None) -> dict[str, Any]:
+        """The dict for `_coil.compile`: CompileOptions field -> bool/int/str. With a debug
+        folder for the graph, C++ writes its stages there (also when compilation fails)."""
         d: dict[str, Any] = dict(self.extra)
         d["strict"] = self.strict
         d["cache_dir"] = self.cache_dir
-        # The C++ side dumps nothing itself; debug.py writes the folder from artifacts.
-        d["debug_dir"] = ""
+        d["debug_dir"] = str(graph_dump_dir) if graph_dump_dir else ""
         return d
 
 
@@ -95,7 +110,8 @@ def build_options(
     """Merges torch.compile options (`user`) over the environment (`env`, default os.environ)."""
     env = os.environ if env is None else env
     user = dict(user or {})
-    known = set(COMPILE_OPTION_FIELDS) | set(PYTHON_OPTION_FIELDS)
+    fields = _compile_option_fields()
+    known = set(fields) | set(PYTHON_OPTION_FIELDS)
     unknown = sorted(set(user) - known)
     if unknown:
         raise ValueError(f"unknown coil option(s) {unknown}; known: {sorted(known)}")
@@ -115,7 +131,7 @@ def build_options(
         extra["runtime_headers_dir"] = rh
 
     for name, v in user.items():
-        typ = COMPILE_OPTION_FIELDS.get(name) or PYTHON_OPTION_FIELDS[name]
+        typ = fields.get(name) or PYTHON_OPTION_FIELDS[name]
         v = _convert(name, typ, v)
         if name == "strict":
             strict = v

@@ -348,6 +348,19 @@ NB_MODULE(_coil, m) {
   });
 
   m.def("lowered_ops", [] { return lower::lowering_registry().ops(); });
+  // CompileOptions field -> "bool" | "int" | "str", from the one field list (options.h), so the
+  // Python glue validates exactly the fields C++ has.
+  m.def("option_fields", [] {
+    nb::dict d;
+    auto kind = [](const char* type) -> const char* {
+      std::string_view t(type);
+      return t == "bool" ? "bool" : t == "int64_t" ? "int" : "str";
+    };
+#define COIL_LIST_OPTION(type, name, def, affects) d[#name] = kind(#type);
+    COIL_OPTION_FIELDS(COIL_LIST_OPTION)
+#undef COIL_LIST_OPTION
+    return d;
+  });
 
   m.def("allocator_stats", [] {
     auto s = runtime::Allocator::global().stats();

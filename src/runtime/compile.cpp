@@ -57,32 +57,33 @@ class StageTimer {
   CompileArtifacts& a_;
 };
 
-// Writes the artifacts into options.debug_dir/<hash of the graph text>/.
-void dump(const CompileArtifacts& a, const std::string& dir, const std::string& text) {
+// Writes what the stages produced into `dir` (the graph's debug folder; the Python glue adds
+// the FX graph, the graph text, timings and fallbacks). Called after a failure too, so a
+// graph that does not compile still leaves its loop IR and generated source to look at.
+void dump(const CompileArtifacts& a, const std::string& dir, const std::string& error) {
   namespace fs = std::filesystem;
-  fs::path root =
-      fs::path(dir) / ("graph_" + std::to_string(std::hash<std::string>{}(text) % 1000000007ull));
   std::error_code ec;
-  fs::create_directories(root, ec);
+  fs::create_directories(dir, ec);
   if (ec) return;
-  auto put = [&](const char* name, const std::string& s) { std::ofstream(root / name) << s; };
-  put("input_graph.txt", a.input_graph);
-  put("loop_program.txt", a.loop_program);
-  put("schedule.txt", a.schedule);
-  put("fusion_log.txt", a.fusion_log);
-  put("source.cpp", a.source);
-  put("compiler.txt", a.compiler_command + "\n" + a.compiler_log);
-  std::string t;
-  for (const auto& [stage, s] : a.timings) t += stage + " " + std::to_string(s) + "\n";
-  for (const auto& f : a.fallback_ops) t += "fallback " + f + "\n";
-  put("summary.txt", t);
+  auto put = [&](const char* name, const std::string& s) {
+    if (!s.empty()) std::ofstream(fs::path(dir) / name) << s;
+  };
+  put("02_loop_program.txt", a.loop_program);
+  put("03_schedule.txt", a.schedule);
+  put("04_fusion_log.txt", a.fusion_log);
+  put("05_kernels.cpp", a.source);
+  put("06_compiler.log", "$ " + a.compiler_command + "\n" + a.compiler_log);
+  put("compile_error.txt", error);
 }
 
 }  // namespace
 
-std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
-                                             const CompileOptions& options, FallbackFn fallback) {
-  CompileArtifacts a;
+namespace {
+
+// The pipeline proper; fills `a` as the stages finish, so a failure leaves what was done.
+std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
+                                              const CompileOptions& options, FallbackFn fallback,
+                                              CompileArtifacts& a) {
   StageTimer time(a);
   // The Context outlives everything built from it: the Program keeps only compiled sizes.
   sym::Context ctx;
@@ -120,8 +121,22 @@ std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
     return std::make_unique<Program>(program, schedule, std::move(kernels), std::move(library),
                                      options, std::move(fallback));
   });
-  if (!options.debug_dir.empty()) dump(a, options.debug_dir, graph_text);
-  return std::make_unique<ProgramGraph>(std::move(a), std::move(prog));
+  return std::make_unique<ProgramGraph>(a, std::move(prog));
+}
+
+}  // namespace
+
+std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
+                                             const CompileOptions& options, FallbackFn fallback) {
+  CompileArtifacts a;
+  try {
+    auto compiled = compile_stages(graph_text, options, std::move(fallback), a);
+    if (!options.debug_dir.empty()) dump(a, options.debug_dir, "");
+    return compiled;
+  } catch (const std::exception& e) {
+    if (!options.debug_dir.empty()) dump(a, options.debug_dir, e.what());
+    throw;
+  }
 }
 
 }  // namespace coil::runtime

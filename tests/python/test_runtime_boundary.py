@@ -194,3 +194,10 @@ def test_cache_dir_hit(tmp_path):
     assert not g1.artifacts["cache_hit"] and g2.artifacts["cache_hit"]
     x = torch.randn(4, 5)
     torch.testing.assert_close(g2.run([x])[0], torch.sin(x * 2) + 1)
+
+
+def test_python_option_table_matches_cpp():
+    from coil import options
+
+    cpp = {k: {"bool": bool, "int": int, "str": str}[v] for k, v in C.option_fields().items()}
+    assert options.COMPILE_OPTION_FIELDS == cpp
