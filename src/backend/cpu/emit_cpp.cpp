@@ -77,6 +77,8 @@ class KernelEmitter {
     std::string par = parallel_clause(work);  // "" = serial
     if (pure_pointwise) {
       emit_pure_pointwise(par);
+    } else if (is_outer_reduction()) {
+      emit_outer_reduction(par);
     } else {
       for (size_t j = 0; j < k; ++j) {
         if (j == 0 && !par.empty()) {
@@ -226,9 +228,9 @@ class KernelEmitter {
       if (locals_.count(n->out) || n->index_vars.size() != k) continue;
       Expr flat = flat_index(n->out, n->store_index);
       for (size_t d = 0; d + 1 < k; ++d) {
-        Expr step = ctx_.sub(ctx_.substitute(flat, {{n->index_vars[d],
-                                                     ctx_.add(n->index_vars[d], ctx_.one())}}),
-                             flat);
+        Expr step = ctx_.sub(
+            ctx_.substitute(flat, {{n->index_vars[d], ctx_.add(n->index_vars[d], ctx_.one())}}),
+            flat);
         if (ctx_.as_const(step) == std::optional<int64_t>(1)) {
           order.erase(order.begin() + d);
           order.push_back(d);
@@ -378,6 +380,83 @@ class KernelEmitter {
         return {"true", "&&", false};
     }
     COIL_INTERNAL_ERROR() << "bad reduce kind";
+  }
+
+  // A kernel that is one reduction whose input is contiguous along the last outer dim but not
+  // along the reduction (sum over dim 0 of [N, C]: bias gradients). Reducing each output
+  // separately would stride through memory; instead a block of adjacent outputs accumulates
+  // together, with the vector loop running over the block.
+  bool is_outer_reduction() {
+    if (nodes_.size() != 1 || k_.outer_ranges.empty()) return false;
+    const ComputeNode& n = *nodes_[0];
+    if (!n.is_reduction() || n.reduction_vars.empty()) return false;
+    if (n.ranges.size() != k_.outer_ranges.size()) return false;
+    if (n.reduce != ReduceKind::Sum && n.reduce != ReduceKind::Prod &&
+        n.reduce != ReduceKind::Max && n.reduce != ReduceKind::Min) {
+      return false;
+    }
+    if (buf(n.out).dtype == DType::Bool) return false;
+    if (vectorizable(n, n.reduction_vars.back(), false)) return false;
+    return vectorizable(n, n.index_vars.back(), true);
+  }
+
+  void emit_outer_reduction(const std::string& par) {
+    const ComputeNode& n = *nodes_[0];
+    set_node_names(n);
+    const size_t k = k_.outer_ranges.size();
+    const DType out_t = buf(n.out).dtype;
+    const std::string A = compute_ctype(out_t);
+    const ReduceOps ops = reduce_ops(n.reduce, out_t);
+    const std::string xl = "x" + std::to_string(k - 1);
+    const std::string extent = idx(k_.outer_ranges[k - 1]);
+    constexpr int kBlock = 64;
+    if (!par.empty()) {
+      line("#pragma omp parallel for" +
+           std::string(k > 1 ? " collapse(" + std::to_string(k) + ")" : "") + par);
+    }
+    for (size_t j = 0; j + 1 < k; ++j) open_loop("x" + std::to_string(j), k_.outer_ranges[j]);
+    line("for (int64_t xb = 0; xb < " + extent + "; xb += " + std::to_string(kBlock) + ") {");
+    ++indent_;
+    line("const int64_t nb = " + extent + " - xb < " + std::to_string(kBlock) + " ? " + extent +
+         " - xb : " + std::to_string(kBlock) + ";");
+    line(A + " acc[" + std::to_string(kBlock) + "];");
+    if (ops.nan_flag) line("int nan_seen[" + std::to_string(kBlock) + "];");
+    line("for (int64_t j = 0; j < nb; ++j) {");
+    ++indent_;
+    line("acc[j] = " + ops.init + ";");
+    if (ops.nan_flag) line("nan_seen[j] = 0;");
+    close();
+    for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+      open_loop(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j]);
+    line("#pragma omp simd");
+    line("for (int64_t j = 0; j < nb; ++j) {");
+    ++indent_;
+    line("const int64_t " + xl + " = xb + j;");
+    std::string v = emit_body(n);
+    switch (n.reduce) {
+      case ReduceKind::Sum:
+        line("acc[j] += " + A + "(" + v + ");");
+        break;
+      case ReduceKind::Prod:
+        line("acc[j] *= " + A + "(" + v + ");");
+        break;
+      default: {
+        bool mx = n.reduce == ReduceKind::Max;
+        line("const " + A + " val = " + A + "(" + v + ");");
+        line(std::string("acc[j] = val ") + (mx ? ">" : "<") + " acc[j] ? val : acc[j];");
+        if (ops.nan_flag) line("nan_seen[j] |= (val != val);");
+      }
+    }
+    close();
+    for (size_t j = 0; j < n.reduction_ranges.size(); ++j) close();
+    line("for (int64_t j = 0; j < nb; ++j) {");
+    ++indent_;
+    line("const int64_t " + xl + " = xb + j;");
+    if (ops.nan_flag) line("if (nan_seen[j]) acc[j] = coil::numeric<" + A + ">::nan();");
+    emit_store(n, "acc[j]");
+    close();
+    close();
+    for (size_t j = 0; j + 1 < k; ++j) close();
   }
 
   void emit_reduction(const ComputeNode& n) {
