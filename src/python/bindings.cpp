@@ -304,6 +304,9 @@ nb::dict artifacts_dict(const runtime::CompileArtifacts& a) {
 }  // namespace coil::python
 
 NB_MODULE(_coil, m) {
+  // Compiled graphs live in Dynamo's caches until the interpreter exits; nanobind would report
+  // them as leaks at shutdown although nothing is leaked while the program runs.
+  nb::set_leak_warnings(false);
   using namespace coil;
   using namespace coil::python;
   m.doc() = "coil: the C++ core of the coil compiler (docs/python-binding.md)";

@@ -13,6 +13,7 @@
 #include "coil/ops/verify.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/runtime/program.h"
+#include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "coil/support/error.h"
 
@@ -92,12 +93,15 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   a.input_graph = print_graph(*graph);
   lower::LowerResult lowered = time("lower", [&] { return lower::lower_graph(*graph, options); });
   a.fallback_ops = lowered.fallback_ops;
-  const loop::LoopProgram& program = lowered.program;
+  loop::LoopProgram& program = lowered.program;
   a.loop_program = loop::print_program(program);
-  sched::Schedule schedule =
-      time("schedule", [&] { return sched::schedule_program(program, options); });
+  std::string align_log;
+  sched::Schedule schedule = time("schedule", [&] {
+    if (options.fuse) align_log = sched::align_iteration_spaces(program);
+    return sched::schedule_program(program, options);
+  });
   a.schedule = sched::print_schedule(program, schedule);
-  a.fusion_log = schedule.fusion_log;
+  a.fusion_log = align_log + schedule.fusion_log;
   a.num_kernels = static_cast<int>(schedule.kernels.size());
   std::vector<KernelFn> kernels;
   std::shared_ptr<void> library;

@@ -1,0 +1,21 @@
+// Aligning iteration spaces before fusion.
+//
+// A view between a reduction and its pointwise consumer changes how the consumer's loops are
+// shaped: LayerNorm computes its statistics over [8, 256] rows, but the normalized value is
+// realized as [2048, 256] because a Linear layer views it so. Fusion matches outer ranges by
+// prefix, so [8, 256] and [2048, 256] would not fuse. This pass splits a ComputeNode's dims
+// (2048 -> 8 x 256) to match the outer ranges of a ComputeNode whose output it reads.
+// Splitting never introduces division: the old index is a*256 + b, and the consumer's
+// reads of the producer simplify back to plain index variables.
+#pragma once
+
+#include <string>
+
+#include "coil/loop/program.h"
+
+namespace coil::sched {
+
+// Rewrites nodes in place; returns one log line per split.
+std::string align_iteration_spaces(loop::LoopProgram& program);
+
+}  // namespace coil::sched

@@ -1,0 +1,126 @@
+#include "coil/sched/align.h"
+
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include "coil/support/error.h"
+#include "sched_internal.h"
+
+namespace coil::sched {
+namespace {
+
+using loop::BufferId;
+using loop::ComputeNode;
+using sym::Expr;
+
+// Splits n's outer dims so that its ranges start with `outer` (a reduction's ranges must then
+// equal `outer`). Only constant sizes are split. Returns nullopt when that is impossible or
+// nothing changes.
+std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr>& outer,
+                                    sym::Context& ctx, int step) {
+  std::vector<Expr> ranges, vars;
+  std::unordered_map<Expr, Expr> old_value;  // old index var -> expression of new vars
+  size_t i = 0;
+  bool changed = false;
+  int fresh = 0;
+  auto new_var = [&](Expr size) {
+    Expr v = ctx.symbol("j" + std::to_string(step) + "_" + std::to_string(fresh++));
+    auto c = ctx.as_const(size);
+    ctx.set_range(v, sym::Range{0, c ? *c - 1 : sym::kMaxSize});
+    return v;
+  };
+  std::vector<std::pair<Expr, Expr>> parts;  // (var, size) of the dim being split
+  auto finish_dim = [&](size_t dim) {
+    Expr value = ctx.zero();
+    for (auto& [v, size] : parts) value = ctx.add(ctx.mul(value, size), v);
+    old_value[n.index_vars[dim]] = value;
+    parts.clear();
+  };
+  std::optional<int64_t> rem;
+  for (Expr o : outer) {
+    if (i >= n.ranges.size()) return std::nullopt;
+    Expr cur = rem ? ctx.constant(*rem) : n.ranges[i];
+    if (cur == o || ctx.provably_eq(cur, o)) {
+      Expr v = parts.empty() ? n.index_vars[i] : new_var(o);
+      if (!parts.empty() || rem) {
+        parts.push_back({v, o});
+        finish_dim(i);
+      } else {
+        old_value[n.index_vars[i]] = v;
+      }
+      ranges.push_back(o);
+      vars.push_back(v);
+      ++i;
+      rem.reset();
+      continue;
+    }
+    auto cc = ctx.as_const(cur);
+    auto co = ctx.as_const(o);
+    if (!cc || !co || *co <= 1 || *cc % *co != 0 || *co >= *cc) return std::nullopt;
+    Expr v = new_var(o);
+    parts.push_back({v, o});
+    ranges.push_back(o);
+    vars.push_back(v);
+    rem = *cc / *co;
+    changed = true;
+  }
+  if (rem) {  // the rest of a split dim becomes the first inner dim
+    Expr size = ctx.constant(*rem);
+    Expr v = new_var(size);
+    parts.push_back({v, size});
+    finish_dim(i);
+    ranges.push_back(size);
+    vars.push_back(v);
+    ++i;
+  }
+  for (; i < n.ranges.size(); ++i) {
+    ranges.push_back(n.ranges[i]);
+    vars.push_back(n.index_vars[i]);
+  }
+  if (!changed) return std::nullopt;
+  if (n.is_reduction() && ranges.size() != outer.size()) return std::nullopt;
+
+  ComputeNode out = n;
+  out.ranges = ranges;
+  out.index_vars = vars;
+  auto subst = [&](Expr e) { return e ? ctx.substitute(e, old_value) : e; };
+  for (loop::Instr& in : out.body.instrs) {
+    for (Expr& e : in.index) e = subst(e);
+    in.expr = in.kind == loop::InstrKind::Indirect ? in.expr : subst(in.expr);
+  }
+  for (Expr& e : out.store_index) e = subst(e);
+  return out;
+}
+
+}  // namespace
+
+std::string align_iteration_spaces(loop::LoopProgram& p) {
+  COIL_CHECK(p.ctx != nullptr) << "LoopProgram without a sym::Context";
+  sym::Context& ctx = *p.ctx;
+  std::vector<int> producer(p.buffers.size(), -1);
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (const auto* n = std::get_if<ComputeNode>(&p.steps[s])) producer[n->out] = int(s);
+  std::ostringstream log;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    auto* n = std::get_if<ComputeNode>(&p.steps[s]);
+    if (n == nullptr) continue;
+    for (const loop::Instr& in : n->body.instrs) {
+      if (in.kind != loop::InstrKind::Load) continue;
+      int ps = producer[in.buffer];  // Views have no producer: left alone
+      if (ps < 0) continue;
+      const auto& prod = std::get<ComputeNode>(p.steps[ps]);
+      if (prod.ranges.empty()) continue;
+      auto split = split_to(*n, prod.ranges, ctx, static_cast<int>(s));
+      if (!split) continue;
+      log << "split " << p.buffer(n->out).name << " " << detail::ranges_str(ctx, n->ranges)
+          << " -> " << detail::ranges_str(ctx, split->ranges) << " to match "
+          << p.buffer(prod.out).name << "\n";
+      *n = std::move(*split);
+      break;
+    }
+  }
+  return log.str();
+}
+
+}  // namespace coil::sched
