@@ -37,3 +37,22 @@ def test_transposed_pointwise(shape):
     x = torch.randn(shape)
     _check(lambda t: t.transpose(-1, -2) * 2 + 1, x)
     _check(lambda t: (t.transpose(-1, -2) * 2).contiguous(), x)
+
+
+def test_reduction_fuses_with_consumer_behind_a_view():
+    # The consumer's [32, 16] loops are split into [4, 8, 16] to match the reduction's [4, 8]
+    # (sched/align.cpp), so both end up in one kernel.
+    text = """graph(%0: f32[4, 8, 16]):
+  %1: f32[4, 8, 1] = aten.amax.default(%0, [-1], true)
+  %2: f32[4, 8, 16] = aten.sub.Tensor(%0, %1)
+  %3: f32[32, 16] = aten.view.default(%2, [32, 16])
+  %4: f32[32, 16] = aten.exp.default(%3)
+  return (%4)
+"""
+    g = C.compile(text, {"cache_dir": ""}, None)
+    art = g.artifacts
+    assert "split" in art["fusion_log"], art["fusion_log"]
+    assert art["num_kernels"] == 1, art["schedule"]
+    x = torch.randn(4, 8, 16)
+    (out,) = g.run([x])
+    torch.testing.assert_close(out, torch.exp(x - x.amax(-1, keepdim=True)).view(32, 16))
