@@ -7,10 +7,17 @@ glue: FX graph export, decompositions, options, fallbacks and debug dumps.
 
 from __future__ import annotations
 
-from .backend import coil_backend, report, reset_report
+from .backend import coil_backend, profile_report, report, reset_report, set_profiling
 from .decompositions import coil_decompositions
 
-__all__ = ["coil_backend", "coil_decompositions", "report", "reset_report"]
+__all__ = [
+    "coil_backend",
+    "coil_decompositions",
+    "profile_report",
+    "report",
+    "reset_report",
+    "set_profiling",
+]
 __version__ = "0.1.0"
 
 

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -72,6 +73,36 @@ class Report:
 _report = Report()
 _warned: set[str] = set()
 _lock = threading.Lock()
+# Every live compiled graph, for set_profiling / profile_report.
+_graph_fns: "weakref.WeakSet[CoilGraphFn]" = weakref.WeakSet()
+_profiling = False
+
+
+def set_profiling(on: bool = True) -> None:
+    """Times every kernel and extern call of coil's compiled graphs from now on (also of
+    graphs compiled later); read the result with profile_report()."""
+    global _profiling
+    with _lock:
+        _profiling = on
+        for fn in list(_graph_fns):
+            fn.compiled.set_profiling(on)
+
+
+def profile_report(top: int = 15) -> str:
+    """The slowest steps of each profiled graph: time per run, share of the graph's time."""
+    lines = []
+    with _lock:
+        fns = sorted(_graph_fns, key=lambda f: f.name)
+    for fn in fns:
+        runs, steps = fn.compiled.profile()
+        if not runs or not steps:
+            continue
+        total = sum(t for _, t in steps)
+        lines.append(f"{fn.name}: {runs} run(s), {total / runs * 1e3:.3f} ms per run in "
+                     f"{len(steps)} kernel/extern steps")
+        for step, t in sorted(steps, key=lambda x: -x[1])[:top]:
+            lines.append(f"  {t / runs * 1e3:9.3f} ms {t / total * 100:5.1f}%  {step}")
+    return "\n".join(lines)
 _graph_ids = collections.Counter()
 
 
@@ -211,7 +242,12 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             _report.fallback_ops[op] += 1
     log.debug("coil: compiled %s (%d nodes, %s kernels)", name, len(exported.nodes),
               artifacts.get("num_kernels"))
-    return CoilGraphFn(name, gm, exported, compiled, options)
+    fn = CoilGraphFn(name, gm, exported, compiled, options)
+    with _lock:
+        _graph_fns.add(fn)
+        if _profiling:
+            compiled.set_profiling(True)
+    return fn
 
 
 # ---------------------------------------------------------------------------------------------

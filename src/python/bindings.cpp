@@ -331,9 +331,24 @@ NB_MODULE(_coil, m) {
           "inputs"_a, "Runs the graph: one torch tensor per graph input; returns the outputs.")
       .def_prop_ro("artifacts",
                    [](const runtime::CompiledGraph& g) { return artifacts_dict(g.artifacts()); })
-      .def("describe", [](const runtime::CompiledGraph& g) {
-        const runtime::Program* p = g.program();
-        return p ? p->describe() : std::string();
+      .def("describe",
+           [](const runtime::CompiledGraph& g) {
+             const runtime::Program* p = g.program();
+             return p ? p->describe() : std::string();
+           })
+      // Per-step timing: set_profiling(True), run, then profile() -> (runs, [(step, s)]).
+      .def("set_profiling",
+           [](const runtime::CompiledGraph& g, bool on) {
+             if (const runtime::Program* p = g.program()) p->set_profiling(on);
+           })
+      .def("profile", [](const runtime::CompiledGraph& g) {
+        nb::list steps;
+        int64_t runs = 0;
+        if (const runtime::Program* p = g.program()) {
+          for (const auto& st : p->profile(&runs))
+            steps.append(nb::make_tuple(st.step, st.seconds));
+        }
+        return nb::make_tuple(runs, steps);
       });
 
   m.def(

@@ -1,5 +1,7 @@
 #include "coil/runtime/program.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <span>
@@ -125,6 +127,10 @@ struct Program::Impl {
 
   std::shared_ptr<void> keep_alive;
   FallbackFn fallback;
+  // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
+  mutable std::atomic<bool> profiling{false};
+  mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;
+  mutable std::atomic<int64_t> profiled_runs{0};
   uint64_t seed = 0;
   mutable std::atomic<uint64_t> run_count{0};
 
@@ -402,6 +408,29 @@ int Program::output_aliases_input(size_t k) const {
   return v.root.kind == Root::Input ? v.root.index : -1;
 }
 
+void Program::set_profiling(bool on) const {
+  Impl& m = *impl_;
+  if (on && !m.step_ns) {
+    m.step_ns = std::make_unique<std::atomic<int64_t>[]>(m.steps.size());
+    for (size_t i = 0; i < m.steps.size(); ++i) m.step_ns[i] = 0;
+  }
+  m.profiling.store(on && m.step_ns != nullptr);
+}
+
+std::vector<Program::StepTime> Program::profile(int64_t* runs) const {
+  const Impl& m = *impl_;
+  if (runs) *runs = m.profiled_runs.load();
+  std::vector<StepTime> out;
+  if (!m.step_ns) return out;
+  std::istringstream lines(describe());
+  std::string line;
+  for (size_t i = 0; i < m.steps.size() && std::getline(lines, line); ++i) {
+    if (m.steps[i].kind == StepOp::Kernel || m.steps[i].kind == StepOp::Extern)
+      out.push_back({line, static_cast<double>(m.step_ns[i].load()) * 1e-9});
+  }
+  return out;
+}
+
 std::string Program::describe() const {
   const Impl& m = *impl_;
   std::ostringstream out;
@@ -593,7 +622,12 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
   }
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   Allocator& alloc = Allocator::global();
-  for (const StepOp& s : m.steps) {
+  const bool prof = m.profiling.load(std::memory_order_relaxed);
+  if (prof) m.profiled_runs.fetch_add(1, std::memory_order_relaxed);
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    const StepOp& s = m.steps[si];
+    const auto t0 =
+        prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case StepOp::Alloc: {
         int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
@@ -611,6 +645,11 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
       case StepOp::Extern:
         m.run_extern(m.externs[s.index], bufs, env, storages, in);
         break;
+    }
+    if (prof) {
+      auto dt = std::chrono::steady_clock::now() - t0;
+      m.step_ns[si].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count(),
+                              std::memory_order_relaxed);
     }
   }
   std::vector<RuntimeTensor> out;

@@ -54,6 +54,15 @@ class Program {
   // The steps, one per line ("alloc s0 (4096 bytes)", "kernel kernel0", "extern mm (library)").
   std::string describe() const;
 
+  // Per-step timing of later runs (off by default: it costs two clock reads per step).
+  void set_profiling(bool on) const;
+  struct StepTime {
+    std::string step;  // as in describe()
+    double seconds;    // summed over the profiled runs
+  };
+  // Kernel and extern steps with their time, and how many runs were profiled.
+  std::vector<StepTime> profile(int64_t* runs) const;
+
   struct Impl;
 
  private:
