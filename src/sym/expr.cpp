@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "coil/support/error.h"
 #include "expr_impl.h"
@@ -679,6 +680,42 @@ bool Context::Impl::split_divisible(Expr a, int64_t cb, const std::vector<Expr>&
   return !q.empty();
 }
 
+// For a positive constant divisor c: finds g > 1 dividing c such that the terms split into G
+// (coefficients divisible by g) and a nonempty R whose sum lies in [0, g). Then
+//   (G + R) // c == (G/g) // (c/g)     and     (G + R) mod c == g * ((G/g) mod (c/g)) + R,
+// because 0 <= R/g < 1 never moves a floor of an integer plus R/g. This is how
+// (4096*i + r) // (127*4096) becomes i // 127 for r < 4096 (a row index of a reshaped buffer).
+bool Context::Impl::split_small_remainder(const std::vector<Term>& terms, int64_t c, int64_t* g,
+                                          std::vector<Term>* quotient, std::vector<Term>* rest) {
+  std::vector<int64_t> candidates;
+  for (const Term& t : terms) {
+    int64_t d = std::gcd(c, t.coef < 0 ? -t.coef : t.coef);
+    if (d > 1 && std::find(candidates.begin(), candidates.end(), d) == candidates.end())
+      candidates.push_back(d);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (int64_t d : candidates) {
+    quotient->clear();
+    rest->clear();
+    for (const Term& t : terms) {
+      if (t.coef % d == 0) {
+        Term q = t;
+        q.coef /= d;
+        quotient->push_back(q);
+      } else {
+        rest->push_back(t);
+      }
+    }
+    if (quotient->empty() || rest->empty()) continue;
+    Range rr = bounds(build_sum(std::vector<Term>(*rest)));
+    if (rr.lo >= 0 && rr.hi < d) {
+      *g = d;
+      return true;
+    }
+  }
+  return false;
+}
+
 namespace {
 
 int64_t content_gcd(const std::vector<Term>& terms, int64_t g) {
@@ -722,6 +759,12 @@ Expr Context::floordiv(Expr a, Expr b) {
     for (Term& t : r) t.coef /= g;
     return floordiv(impl_->build_sum(std::move(r)), impl_->make_term(cb / g, bf));
   }
+  if (b->is_const() && cb > 1) {
+    int64_t g = 0;
+    std::vector<Term> quotient, rest;
+    if (impl_->split_small_remainder(r, cb, &g, &quotient, &rest))
+      return floordiv(impl_->build_sum(std::move(quotient)), constant(cb / g));
+  }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {
     if (ra.lo >= 0 && provably_lt(a, b)) return zero();
@@ -757,6 +800,14 @@ Expr Context::mod(Expr a, Expr b) {
   if (int64_t g = content_gcd(r, cb); g > 1) {
     for (Term& t : r) t.coef /= g;
     return mul(constant(g), mod(impl_->build_sum(std::move(r)), impl_->make_term(cb / g, bf)));
+  }
+  if (b->is_const() && cb > 1) {
+    int64_t g = 0;
+    std::vector<Term> quotient, rest;
+    if (impl_->split_small_remainder(r, cb, &g, &quotient, &rest)) {
+      Expr q = mod(impl_->build_sum(std::move(quotient)), constant(cb / g));
+      return add(mul(constant(g), q), impl_->build_sum(std::move(rest)));
+    }
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {

@@ -57,6 +57,10 @@ struct Context::Impl {
   int64_t lower_bound(Expr e);
   // Splits the terms of `a` into those divisible by coef_b*product(factors_b) (their quotients go
   // to q) and the rest (r). Returns whether any term was divisible.
+  // For a positive constant divisor c: g > 1 dividing c with terms = g*quotient + rest and
+  // 0 <= rest < g (expr.cpp explains the identity it enables).
+  bool split_small_remainder(const std::vector<Term>& terms, int64_t c, int64_t* g,
+                             std::vector<Term>* quotient, std::vector<Term>* rest);
   bool split_divisible(Expr a, int64_t coef_b, const std::vector<Expr>& factors_b,
                        std::vector<Term>& q, std::vector<Term>& r);
 };

@@ -100,10 +100,10 @@ TEST_F(SymTest, FloorDivModSplitsDivisibleTerms) {
   Expr g = c.add(c.mul(x, k(6)), y);
   EXPECT_EQ(c.floordiv(g, k(3)), c.add(c.mul(k(2), x), c.floordiv(y, k(3))));
   EXPECT_EQ(c.mod(g, k(3)), c.mod(y, k(3)));
-  // gcd: (4*x + 2)//8 -> (2*x + 1)//4 ; (4*x + 2) % 8 -> 2*((2*x + 1) % 4)
+  // (4*x + 2)//8 -> x//2 and (4*x + 2) % 8 -> 4*(x % 2) + 2: the remainder 2 is below the common factor 4
   Expr h = c.add(c.mul(k(4), x), k(2));
-  EXPECT_EQ(S(c.floordiv(h, k(8))), "(2*x + 1)//4");
-  EXPECT_EQ(S(c.mod(h, k(8))), "2*((2*x + 1) % 4)");
+  EXPECT_EQ(S(c.floordiv(h, k(8))), "x//2");
+  EXPECT_EQ(S(c.mod(h, k(8))), "4*(x % 2) + 2");
   // remainder with bounds in [0, c): (4*i0 + 2*j + 1) // 4 -> i0
   Expr j = c.symbol("j", {0, 1});
   EXPECT_EQ(c.floordiv(P("4*i0 + 2*j + 1"), k(4)), i0);
@@ -276,7 +276,7 @@ TEST_F(SymTest, TextRoundTrip) {
                         "x - 2*y",
                         "4*(x//4)",
                         "(x//4) % 3",
-                        "2*((2*x + 1) % 4)",
+                        "4*(x % 2) + 2",
                         "s0*(x % s1)",
                         "(x < y) + 1",
                         "min(x, y)//s0",
@@ -319,6 +319,29 @@ TEST_F(SymTest, LargeProductsStayPolynomialButBounded) {
   std::unordered_map<Expr, int64_t> env;
   for (int n = 0; n < 20; ++n) env[c.symbol("v" + std::to_string(n))] = 1;
   EXPECT_EQ(c.evaluate(q, env), int64_t{1} << 20);
+}
+
+}  // namespace
+}  // namespace coil::sym
+
+namespace coil::sym {
+namespace {
+
+TEST(SymFloorDiv, SmallRemainderUnderACommonFactor) {
+  // A row of a [8*127, 4096] view of a [8, 127+1, 4096] buffer: the column must not leak into
+  // the row arithmetic.
+  Context c;
+  Expr x = c.symbol("x0", Range{0, 1015});
+  Expr r = c.symbol("r0", Range{0, 4095});
+  Expr flat = c.add(c.mul(c.constant(4096), x), r);
+  EXPECT_EQ(c.floordiv(flat, c.constant(127 * 4096)), c.floordiv(x, c.constant(127)));
+  EXPECT_EQ(c.mod(flat, c.constant(127 * 4096)),
+            c.add(c.mul(c.constant(4096), c.mod(x, c.constant(127))), r));
+  // Not when the remainder can reach the factor.
+  Expr r2 = c.symbol("r2", Range{0, 4096});
+  Expr flat2 = c.add(c.mul(c.constant(4096), x), r2);
+  EXPECT_EQ(c.floordiv(flat2, c.constant(127 * 4096))->kind, ExprKind::FloorDiv);
+  EXPECT_NE(c.floordiv(flat2, c.constant(127 * 4096)), c.floordiv(x, c.constant(127)));
 }
 
 }  // namespace
