@@ -316,6 +316,7 @@ class KernelEmitter {
       // Inner pointwise loops over dims k.. of the node.
       std::string par = k == 0 ? parallel_clause(inner_numel(n)) : "";
       bool simd = vectorizable(n, n.index_vars.back(), true);
+      emit_invariants(n, std::vector<Expr>(n.index_vars.begin() + k, n.index_vars.end()));
       for (size_t j = k; j < n.ranges.size(); ++j) {
         bool first = j == k, last = j + 1 == n.ranges.size();
         if (first && !par.empty()) {
@@ -486,6 +487,7 @@ class KernelEmitter {
     if (ops.nan_flag) clause += " reduction(|:nan_seen)";
     std::string par = (k == 0 && !arg) ? parallel_clause(inner_numel(n)) : "";
     const size_t nr = n.reduction_ranges.size();
+    emit_invariants(n, n.reduction_vars);
     for (size_t j = 0; j < nr; ++j) {
       bool first = j == 0, last = j + 1 == nr;
       if (first && !par.empty()) {
@@ -558,18 +560,65 @@ class KernelEmitter {
   std::string tmp(InstrId i) { return "v" + std::to_string(i); }
 
   // Emits the body's instructions as statements; returns the result's expression.
+  // Emits, before a node's inner loops, the instructions that do not depend on the inner loop
+  // variables (a row's max and sum inside softmax's last loop, log of the row sum in
+  // log_softmax): computed once per outer point, and the inner loop stays simple enough to
+  // vectorize (gcc gave up on a loop with an invariant inlined log in it).
+  void emit_invariants(const ComputeNode& n, const std::vector<Expr>& inner_vars) {
+    const loop::Body& b = n.body;
+    hoisted_.assign(b.instrs.size(), false);
+    auto depends = [&](Expr e) {
+      if (e == nullptr) return false;
+      for (Expr v : inner_vars)
+        if (ctx_.depends_on(e, v)) return true;
+      return false;
+    };
+    std::vector<bool> variant(b.instrs.size(), false);
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      const Instr& in = b.instrs[i];
+      bool v = false;
+      for (InstrId o : in.operands) v = v || (o >= 0 && variant[o]);
+      switch (in.kind) {
+        case InstrKind::Load:
+          v = v || (in.mask >= 0 && variant[in.mask]);
+          if (!locals_.count(in.buffer))
+            for (Expr e : in.index) v = v || depends(e);
+          break;
+        case InstrKind::IndexExpr:
+        case InstrKind::Rand:
+        case InstrKind::Randn:
+          v = v || depends(in.expr);
+          break;
+        default:
+          break;
+      }
+      variant[i] = v;
+    }
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      if (variant[i] || static_cast<InstrId>(i) == b.result) continue;
+      emit_instr(b, static_cast<InstrId>(i));
+      hoisted_[i] = true;
+    }
+  }
+
+  void emit_instr(const loop::Body& b, InstrId i) {
+    const Instr& in = b.instrs[i];
+    std::string T = compute_ctype(in.dtype);
+    line("const " + T + " " + tmp(i) + " = " + instr_expr(b, i) + ";");
+    if (in.kind == InstrKind::Indirect) {
+      line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
+    }
+  }
+
   std::string emit_body(const ComputeNode& n) {
     const loop::Body& b = n.body;
     COIL_CHECK(b.result >= 0 && b.result < static_cast<int>(b.instrs.size()))
         << buf(n.out).name << ": body without a result";
+    std::vector<bool> hoisted;
+    hoisted.swap(hoisted_);
     for (size_t i = 0; i < b.instrs.size(); ++i) {
-      const Instr& in = b.instrs[i];
-      std::string T = compute_ctype(in.dtype);
-      line("const " + T + " " + tmp(static_cast<InstrId>(i)) + " = " +
-           instr_expr(b, static_cast<InstrId>(i)) + ";");
-      if (in.kind == InstrKind::Indirect) {
-        line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
-      }
+      if (i < hoisted.size() && hoisted[i]) continue;
+      emit_instr(b, static_cast<InstrId>(i));
     }
     return tmp(b.result);
   }
@@ -779,6 +828,7 @@ class KernelEmitter {
   std::ostringstream& os_;
   std::set<BufferId> locals_;
   std::vector<const ComputeNode*> nodes_;
+  std::vector<bool> hoisted_;  // instructions of the current node emitted before its loops
   std::unordered_map<Expr, std::string> sym_names_;
   int indent_ = 0;
 };
