@@ -172,7 +172,9 @@ class KernelEmitter {
     all.insert(written.begin(), written.end());
     for (BufferId b : all) {
       const loop::Buffer& B = buf(b);
-      std::string T = ctype(B.dtype);
+      // bool buffers are addressed as bytes: gcc would not vectorize some loops loading
+      // `bool` (a causal-mask softmax), and the values are 0/1 either way.
+      std::string T = B.dtype == DType::Bool ? "uint8_t" : ctype(B.dtype);
       bool w = written.count(b) > 0;
       std::string q = w ? "" : "const ";
       line(q + T + "* __restrict__ " + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) +
