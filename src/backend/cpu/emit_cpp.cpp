@@ -253,6 +253,12 @@ class KernelEmitter {
     for (size_t jj = 0; jj < k; ++jj) {
       const size_t j = order[jj];
       bool last = jj + 1 == k;
+      if (last && nodes_.size() == 1) {
+        // Invariants of the innermost loop (masks of a padded row) go before it.
+        set_node_names(*nodes_[0]);
+        emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
+      }
+
       if (jj == 0 && !par.empty()) {
         if (last) {
           line(std::string("#pragma omp parallel for") + (simd ? " simd" : "") + par);
@@ -279,10 +285,16 @@ class KernelEmitter {
       auto c = ctx_.as_const(d);
       return c && (*c == 1 || (!store && *c == 0));
     };
+    std::vector<bool> variant;
     for (const Instr& in : n.body.instrs) {
       if (in.kind == InstrKind::Indirect) return false;
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      if (in.mask >= 0) return false;
+      if (in.mask >= 0) {
+        // A mask that is the same along the loop (a padded or sliced row) keeps the loop
+        // vectorizable; one that changes along it would need masked vector loads.
+        if (variant.empty()) variant = variant_instrs(n, {var});
+        if (variant[in.mask]) return false;
+      }
       if (!stride_ok(flat_index(in.buffer, in.index), false)) return false;
     }
     if (check_store && !locals_.count(n.out) &&
@@ -569,6 +581,18 @@ class KernelEmitter {
   void emit_invariants(const ComputeNode& n, const std::vector<Expr>& inner_vars) {
     const loop::Body& b = n.body;
     hoisted_.assign(b.instrs.size(), false);
+    std::vector<bool> variant = variant_instrs(n, inner_vars);
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      if (variant[i] || static_cast<InstrId>(i) == b.result) continue;
+      emit_instr(b, static_cast<InstrId>(i));
+      hoisted_[i] = true;
+    }
+  }
+
+  // Per instruction of n's body: whether its value changes with any of `vars`.
+  std::vector<bool> variant_instrs(const ComputeNode& n, const std::vector<Expr>& vars) {
+    const loop::Body& b = n.body;
+    const std::vector<Expr>& inner_vars = vars;
     auto depends = [&](Expr e) {
       if (e == nullptr) return false;
       for (Expr v : inner_vars)
@@ -596,11 +620,7 @@ class KernelEmitter {
       }
       variant[i] = v;
     }
-    for (size_t i = 0; i < b.instrs.size(); ++i) {
-      if (variant[i] || static_cast<InstrId>(i) == b.result) continue;
-      emit_instr(b, static_cast<InstrId>(i));
-      hoisted_[i] = true;
-    }
+    return variant;
   }
 
   void emit_instr(const loop::Body& b, InstrId i) {
