@@ -13,7 +13,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
-debs=(g++ cmake ninja-build ccache libopenblas-dev libgtest-dev clang-format)
+debs=(g++ cmake ninja-build ccache libopenblas-dev libopenblas-openmp-dev libgtest-dev clang-format)
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
