@@ -172,7 +172,7 @@ def _fmt(v, spec="{:.2f}"):
 
 def table(rows: dict, names: list[str]) -> str:
     head = ("| model | eager ms | Inductor ms | coil ms | Inductor speedup | coil speedup | "
-            "coil/Inductor | Inductor cold s | coil cold s | Inductor warm s | coil warm s | peak MiB eager/ind/coil | "
+            "coil/Inductor | Inductor cold s | coil cold s | Inductor warm s | coil warm s | RSS growth MiB, steady state, eager/ind/coil | "
             "max err ind / coil |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for n in names:
