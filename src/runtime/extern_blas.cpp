@@ -280,7 +280,14 @@ void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
   if (rank == 2) {
     gemm2d(a, b, out, alpha, accumulate);
   } else {
-    for (int64_t i = 0; i < a.sizes[0]; ++i)
+    // Attention's batched products are many small GEMMs: one per thread (OpenMP OpenBLAS runs
+    // single-threaded inside a parallel region) instead of threading each tiny product.
+    // Shapes and dtypes were checked above, so nothing below throws inside the region.
+    const int64_t batch = a.sizes[0];
+    const int64_t flops = a.sizes[1] * a.sizes[2] * b.sizes[2];
+    const bool per_thread = batch > 1 && flops < (int64_t{1} << 22);
+#pragma omp parallel for if (per_thread) schedule(static)
+    for (int64_t i = 0; i < batch; ++i)
       gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
   }
 }
