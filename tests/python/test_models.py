@@ -69,7 +69,7 @@ def test_resnet_training_with_library_kernels():
     _check("resnet18_train", torch.float32, extern_provider="library")
 
 
-@pytest.mark.parametrize("name", ["attention_block", "transformer_block", "mlp_sgd"])
+@pytest.mark.parametrize("name", list(zoo.MODELS))
 def test_model_bfloat16_strict(name):
     _check(name, torch.bfloat16)
 
