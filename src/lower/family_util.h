@@ -42,8 +42,7 @@ inline bool bool_arg(const Node& node, size_t i, std::string_view name, bool def
 }
 
 // An int or int-list argument as a list (empty when absent or None).
-inline std::vector<int64_t> ints_arg(const Node& node, size_t i, std::string_view name) {
-  const Arg* a = node.arg(i, name);
+inline std::vector<int64_t> int_list(const Arg* a) {
   std::vector<int64_t> out;
   if (a == nullptr || a->is_none()) return out;
   if (a->is_list()) {
@@ -52,6 +51,10 @@ inline std::vector<int64_t> ints_arg(const Node& node, size_t i, std::string_vie
     out.push_back(a->as_int());
   }
   return out;
+}
+
+inline std::vector<int64_t> ints_arg(const Node& node, size_t i, std::string_view name) {
+  return int_list(node.arg(i, name));
 }
 
 // A lazy conversion of `v` to `dtype` (v itself when it already has that dtype).

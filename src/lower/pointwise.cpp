@@ -134,18 +134,29 @@ InstrId load_operand(BodyBuilder& b, sym::Context& c, const Operand& o, DType ct
 
 using Fn = std::function<InstrId(BodyBuilder& b, const std::vector<InstrId>& x)>;
 
+// The broadcast shape of the tensor operands and the inlining cost and reads they add.
+struct OperandSummary {
+  std::vector<sym::Expr> sizes;
+  int cost = 0;
+  int reads = 0;
+};
+OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int cost) {
+  OperandSummary s;
+  s.cost = cost;
+  for (const Operand& o : ops) {
+    if (!o.is_tensor()) continue;
+    s.sizes = broadcast_shapes(c, s.sizes, o.t.sizes);
+    s.cost += o.t.inline_cost;
+    s.reads += o.t.inline_reads;
+  }
+  return s;
+}
+
 // The pointwise value out_dtype[broadcast shape] = fn(operands loaded as `compute`).
 TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType compute,
                            DType out_dtype, Fn fn, int cost = 1) {
   sym::Context& c = lc.ctx();
-  std::vector<sym::Expr> sizes;
-  int total_cost = cost, reads = 0;
-  for (const Operand& o : ops) {
-    if (!o.is_tensor()) continue;
-    sizes = broadcast_shapes(c, sizes, o.t.sizes);
-    total_cost += o.t.inline_cost;
-    reads += o.t.inline_reads;
-  }
+  auto [sizes, total_cost, reads] = summarize(c, ops, cost);
   DType result_compute = dtype_compute(out_dtype);
   Loader load = [ops = std::move(ops), compute, result_compute, fn = std::move(fn), &c](
                     BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -303,14 +314,7 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
                             std::vector<DType> load_types, DType out, Fn fn, int cost = 1) {
   // Wrap each operand's loader so it converts to its own load type.
   sym::Context& c = lc.ctx();
-  std::vector<sym::Expr> sizes;
-  int total_cost = cost, reads = 0;
-  for (const Operand& o : ops) {
-    if (!o.is_tensor()) continue;
-    sizes = broadcast_shapes(c, sizes, o.t.sizes);
-    total_cost += o.t.inline_cost;
-    reads += o.t.inline_reads;
-  }
+  auto [sizes, total_cost, reads] = summarize(c, ops, cost);
   DType rc = dtype_compute(out);
   Loader load = [ops = std::move(ops), load_types = std::move(load_types), fn = std::move(fn), rc,
                  &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {

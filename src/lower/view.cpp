@@ -7,11 +7,13 @@
 #include "coil/lower/lowering.h"
 #include "coil/lower/realize.h"
 #include "coil/support/error.h"
+#include "family_util.h"
 
 namespace coil::lower {
 
 namespace {
 
+using detail::int_list;
 using loop::BodyBuilder;
 using Index = std::vector<sym::Expr>;
 using Reindex = std::function<Index(const Index&)>;
@@ -44,17 +46,6 @@ Index sym_list(sym::Context& c, const Arg* a, const char* what) {
     for (const Arg& e : a->list()) out.push_back(sym_arg(c, e));
   } else {
     out.push_back(sym_arg(c, *a));
-  }
-  return out;
-}
-
-std::vector<int64_t> int_list(const Arg* a) {
-  std::vector<int64_t> out;
-  if (a == nullptr || a->is_none()) return out;
-  if (a->is_list()) {
-    for (const Arg& e : a->list()) out.push_back(e.as_int());
-  } else {
-    out.push_back(a->as_int());
   }
   return out;
 }
