@@ -286,9 +286,16 @@ void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
     const int64_t batch = a.sizes[0];
     const int64_t flops = a.sizes[1] * a.sizes[2] * b.sizes[2];
     const bool per_thread = batch > 1 && flops < (int64_t{1} << 22);
-#pragma omp parallel for if (per_thread) schedule(static)
-    for (int64_t i = 0; i < batch; ++i)
-      gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
+    // No `if` clause: even an inactive parallel region (if(false)) made OpenBLAS run each
+    // large product on one thread (attention's 256^3 products took 3x longer).
+    if (per_thread) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < batch; ++i)
+        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
+    } else {
+      for (int64_t i = 0; i < batch; ++i)
+        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
+    }
   }
 }
 
