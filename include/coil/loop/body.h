@@ -24,26 +24,35 @@ using BufferId = int;
 using InstrId = int;
 
 // X(Name, arity, text). Arity counts operand instructions.
-#define COIL_BODY_OPS(X)                                                                     \
-  X(Neg, 1, "neg") X(Abs, 1, "abs") X(Exp, 1, "exp") X(Exp2, 1, "exp2")                      \
-  X(Expm1, 1, "expm1") X(Log, 1, "log") X(Log2, 1, "log2") X(Log10, 1, "log10")              \
-  X(Log1p, 1, "log1p") X(Sqrt, 1, "sqrt") X(Rsqrt, 1, "rsqrt") X(Reciprocal, 1, "reciprocal") \
-  X(Sin, 1, "sin") X(Cos, 1, "cos") X(Tan, 1, "tan") X(Asin, 1, "asin") X(Acos, 1, "acos")    \
-  X(Atan, 1, "atan") X(Sinh, 1, "sinh") X(Cosh, 1, "cosh") X(Tanh, 1, "tanh")                \
-  X(Asinh, 1, "asinh") X(Acosh, 1, "acosh") X(Atanh, 1, "atanh") X(Sigmoid, 1, "sigmoid")    \
-  X(Erf, 1, "erf") X(Erfc, 1, "erfc") X(Erfinv, 1, "erfinv") X(Lgamma, 1, "lgamma")          \
-  X(Floor, 1, "floor") X(Ceil, 1, "ceil") X(Round, 1, "round") X(Trunc, 1, "trunc")          \
-  X(Sign, 1, "sign") X(IsNan, 1, "isnan") X(IsInf, 1, "isinf") X(LogicalNot, 1, "not")       \
-  X(BitwiseNot, 1, "bitwise_not")                                                            \
-  X(Add, 2, "add") X(Sub, 2, "sub") X(Mul, 2, "mul") X(Div, 2, "div")                        \
-  X(FloorDiv, 2, "floordiv") X(TruncDiv, 2, "truncdiv") X(Remainder, 2, "remainder")         \
-  X(Fmod, 2, "fmod") X(Pow, 2, "pow") X(Maximum, 2, "maximum") X(Minimum, 2, "minimum")      \
-  X(Atan2, 2, "atan2") X(Hypot, 2, "hypot") X(CopySign, 2, "copysign")                       \
-  X(Eq, 2, "eq") X(Ne, 2, "ne") X(Lt, 2, "lt") X(Le, 2, "le") X(Gt, 2, "gt") X(Ge, 2, "ge")  \
-  X(LogicalAnd, 2, "and") X(LogicalOr, 2, "or") X(LogicalXor, 2, "xor")                      \
-  X(BitwiseAnd, 2, "bitwise_and") X(BitwiseOr, 2, "bitwise_or")                              \
-  X(BitwiseXor, 2, "bitwise_xor") X(ShiftLeft, 2, "shl") X(ShiftRight, 2, "shr")             \
-  X(Where, 3, "where")
+#define COIL_BODY_OPS(X)                                                                          \
+  X(Neg, 1, "neg")                                                                                \
+  X(Abs, 1, "abs") X(Exp, 1, "exp") X(Exp2, 1, "exp2") X(Expm1, 1, "expm1") X(Log, 1, "log")      \
+      X(Log2, 1, "log2") X(Log10, 1, "log10") X(Log1p, 1, "log1p") X(Sqrt, 1, "sqrt") X(          \
+          Rsqrt, 1, "rsqrt") X(Reciprocal, 1, "reciprocal") X(Sin, 1, "sin") X(Cos, 1, "cos")     \
+          X(Tan, 1, "tan") X(Asin, 1, "asin") X(Acos, 1, "acos") X(Atan, 1, "atan") X(            \
+              Sinh, 1, "sinh") X(Cosh, 1, "cosh") X(Tanh, 1, "tanh") X(Asinh, 1, "asinh")         \
+              X(Acosh, 1, "acosh") X(Atanh, 1, "atanh") X(Sigmoid, 1, "sigmoid") X(Erf, 1, "erf") \
+                  X(Erfc, 1, "erfc") X(Erfinv, 1, "erfinv") X(Lgamma, 1, "lgamma")                \
+                      X(Floor, 1, "floor") X(Ceil, 1, "ceil") X(Round, 1, "round")                \
+                          X(Trunc, 1, "trunc") X(Sign, 1, "sign") X(IsNan, 1, "isnan")            \
+                              X(IsInf, 1, "isinf") X(LogicalNot, 1, "not") X(                     \
+                                  BitwiseNot, 1, "bitwise_not") X(Add, 2, "add") X(Sub, 2, "sub") \
+                                  X(Mul, 2, "mul") X(Div, 2, "div") X(FloorDiv, 2, "floordiv")    \
+                                      X(TruncDiv, 2, "truncdiv") X(Remainder, 2, "remainder") X(  \
+                                          Fmod, 2, "fmod") X(Pow, 2, "pow")                       \
+                                          X(Maximum, 2, "maximum") X(Minimum, 2, "minimum") X(    \
+                                              Atan2, 2, "atan2") X(Hypot, 2, "hypot")             \
+                                              X(CopySign, 2, "copysign") X(Eq, 2, "eq") X(        \
+                                                  Ne, 2, "ne") X(Lt, 2, "lt") X(Le, 2, "le")      \
+                                                  X(Gt, 2, "gt") X(Ge, 2, "ge") X(                \
+                                                      LogicalAnd, 2, "and") X(LogicalOr, 2, "or") \
+                                                      X(LogicalXor, 2, "xor")                     \
+                                                          X(BitwiseAnd, 2, "bitwise_and")         \
+                                                              X(BitwiseOr, 2, "bitwise_or")       \
+                                                                  X(BitwiseXor, 2, "bitwise_xor") \
+                                                                      X(ShiftLeft, 2, "shl")      \
+                                                                          X(ShiftRight, 2, "shr") \
+                                                                              X(Where, 3, "where")
 
 enum class InstrKind : uint8_t {
   Load,       // buffer[index] (logical index into the buffer's dims); optional mask
@@ -114,7 +123,7 @@ class BodyBuilder {
   void index_pending();
   Body* body_;
   std::unordered_map<size_t, std::vector<InstrId>> cse_;  // instruction hash -> ids
-  size_t indexed_ = 0;                                   // instrs [0, indexed_) are in cse_
+  size_t indexed_ = 0;                                    // instrs [0, indexed_) are in cse_
 };
 
 }  // namespace coil::loop

@@ -44,9 +44,10 @@ struct Buffer {
   BufferId view_of = -1;       // View: the buffer whose storage this aliases
 };
 
-#define COIL_REDUCE_KINDS(X) \
-  X(Sum, "sum") X(Prod, "prod") X(Max, "max") X(Min, "min") X(ArgMax, "argmax") \
-  X(ArgMin, "argmin") X(Any, "any") X(All, "all")
+#define COIL_REDUCE_KINDS(X)                                                          \
+  X(Sum, "sum")                                                                       \
+  X(Prod, "prod") X(Max, "max") X(Min, "min") X(ArgMax, "argmax") X(ArgMin, "argmin") \
+      X(Any, "any") X(All, "all")
 
 enum class ReduceKind : uint8_t {
   None,
@@ -63,8 +64,8 @@ struct ComputeNode {
   std::vector<sym::Expr> reduction_ranges;
   std::vector<sym::Expr> reduction_vars;  // symbols r0..
   ReduceKind reduce = ReduceKind::None;
-  Body body;                            // the element value (pointwise) or reduction input
-  std::vector<sym::Expr> store_index;   // logical index into `out`, over index_vars
+  Body body;                           // the element value (pointwise) or reduction input
+  std::vector<sym::Expr> store_index;  // logical index into `out`, over index_vars
   // ArgMax/ArgMin: the body computes the value; the stored result is the position along the
   // (single, flattened) reduction range, as Int64.
 
@@ -90,15 +91,15 @@ struct ComputeNode {
 //   ConvolutionBackward  inputs {grad_output, input, weight}; ints: Convolution's layout
 //                followed by output_mask[3]; outputs: grad_input, grad_weight, grad_bias,
 //                only those whose mask entry is set, in that order.
-#define COIL_EXTERN_KINDS(X)                                                           \
-  X(Mm, "mm")               /* out = a @ b, 2-d */                                     \
-  X(Bmm, "bmm")             /* out = a @ b, 3-d batched */                             \
-  X(Addmm, "addmm")         /* out = beta*bias + alpha*(a @ b) */                      \
-  X(Convolution, "convolution")     /* aten.convolution forward */                     \
-  X(ConvolutionBackward, "convolution_backward")                                       \
-  X(IndexPut, "index_put")          /* out = copy of in0; out[indices] = / += values */ \
-  X(ScatterAdd, "scatter_add")      /* out = copy of in0; scatter-add along a dim */    \
-  X(Fallback, "fallback")   /* an eager PyTorch op, by graph node position */
+#define COIL_EXTERN_KINDS(X)                                                       \
+  X(Mm, "mm")                   /* out = a @ b, 2-d */                             \
+  X(Bmm, "bmm")                 /* out = a @ b, 3-d batched */                     \
+  X(Addmm, "addmm")             /* out = beta*bias + alpha*(a @ b) */              \
+  X(Convolution, "convolution") /* aten.convolution forward */                     \
+  X(ConvolutionBackward, "convolution_backward")                                   \
+  X(IndexPut, "index_put")     /* out = copy of in0; out[indices] = / += values */ \
+  X(ScatterAdd, "scatter_add") /* out = copy of in0; scatter-add along a dim */    \
+  X(Fallback, "fallback")      /* an eager PyTorch op, by graph node position */
 
 enum class ExternKind : uint8_t {
 #define COIL_EXTERN_ENUM(name, text) name,
@@ -109,7 +110,7 @@ std::string_view extern_kind_name(ExternKind k);
 
 struct ExternNode {
   ExternKind kind = ExternKind::Fallback;
-  std::vector<BufferId> inputs;   // may be View buffers (strided); outputs are Intermediate
+  std::vector<BufferId> inputs;  // may be View buffers (strided); outputs are Intermediate
   std::vector<BufferId> outputs;
   // Attributes, per kind as documented above COIL_EXTERN_KINDS: scalars (Addmm {beta, alpha})
   // and ints (Convolution, IndexPut, ScatterAdd); unused otherwise.
@@ -128,10 +129,10 @@ using Step = std::variant<ComputeNode, ExternNode>;
 
 struct LoopProgram {
   sym::Context* ctx = nullptr;
-  std::vector<Buffer> buffers;          // indexed by BufferId
-  std::vector<Step> steps;              // in a valid execution order
-  std::vector<BufferId> inputs;         // one per graph input
-  std::vector<BufferId> outputs;        // one per graph output (may repeat, may be inputs/views)
+  std::vector<Buffer> buffers;    // indexed by BufferId
+  std::vector<Step> steps;        // in a valid execution order
+  std::vector<BufferId> inputs;   // one per graph input
+  std::vector<BufferId> outputs;  // one per graph output (may repeat, may be inputs/views)
   // Size symbols (s0, ...) the kernels need at run time, each with where to read it: the
   // size (dim >= 0) or stride (dim < 0: stride of dim -dim-1) of a graph input.
   struct SizeSymbol {

@@ -99,9 +99,9 @@ class LoweringContext {
   // A realized reduction over `reduction_sizes`. `body` computes one input element from the
   // output index (size of out_sizes, keepdim layout included) and the reduction index.
   // ArgMax/ArgMin produce Int64 positions along the flattened reduction range.
-  using ReduceBody = std::function<loop::InstrId(loop::BodyBuilder& b,
-                                                 const std::vector<sym::Expr>& out_index,
-                                                 const std::vector<sym::Expr>& red_index)>;
+  using ReduceBody =
+      std::function<loop::InstrId(loop::BodyBuilder& b, const std::vector<sym::Expr>& out_index,
+                                  const std::vector<sym::Expr>& red_index)>;
   TensorValue reduce(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
                      std::vector<sym::Expr> reduction_sizes, ReduceBody body);
   // Materializes `v` into a new contiguous Intermediate buffer (no-op if already realized, i.e.

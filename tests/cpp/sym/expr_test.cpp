@@ -100,7 +100,8 @@ TEST_F(SymTest, FloorDivModSplitsDivisibleTerms) {
   Expr g = c.add(c.mul(x, k(6)), y);
   EXPECT_EQ(c.floordiv(g, k(3)), c.add(c.mul(k(2), x), c.floordiv(y, k(3))));
   EXPECT_EQ(c.mod(g, k(3)), c.mod(y, k(3)));
-  // (4*x + 2)//8 -> x//2 and (4*x + 2) % 8 -> 4*(x % 2) + 2: the remainder 2 is below the common factor 4
+  // (4*x + 2)//8 -> x//2 and (4*x + 2) % 8 -> 4*(x % 2) + 2: the remainder 2 is below the common
+  // factor 4
   Expr h = c.add(c.mul(k(4), x), k(2));
   EXPECT_EQ(S(c.floordiv(h, k(8))), "x//2");
   EXPECT_EQ(S(c.mod(h, k(8))), "4*(x % 2) + 2");
