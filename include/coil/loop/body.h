@@ -24,6 +24,7 @@ using BufferId = int;
 using InstrId = int;
 
 // X(Name, arity, text). Arity counts operand instructions.
+// clang-format off
 #define COIL_BODY_OPS(X)                                                                          \
   X(Neg, 1, "neg")                                                                                \
   X(Abs, 1, "abs") X(Exp, 1, "exp") X(Exp2, 1, "exp2") X(Expm1, 1, "expm1") X(Log, 1, "log")      \
@@ -53,6 +54,7 @@ using InstrId = int;
                                                                       X(ShiftLeft, 2, "shl")      \
                                                                           X(ShiftRight, 2, "shr") \
                                                                               X(Where, 3, "where")
+// clang-format on
 
 enum class InstrKind : uint8_t {
   Load,       // buffer[index] (logical index into the buffer's dims); optional mask

@@ -44,10 +44,12 @@ struct Buffer {
   BufferId view_of = -1;       // View: the buffer whose storage this aliases
 };
 
+// clang-format off
 #define COIL_REDUCE_KINDS(X)                                                          \
   X(Sum, "sum")                                                                       \
   X(Prod, "prod") X(Max, "max") X(Min, "min") X(ArgMax, "argmax") X(ArgMin, "argmin") \
       X(Any, "any") X(All, "all")
+// clang-format on
 
 enum class ReduceKind : uint8_t {
   None,
@@ -91,6 +93,7 @@ struct ComputeNode {
 //   ConvolutionBackward  inputs {grad_output, input, weight}; ints: Convolution's layout
 //                followed by output_mask[3]; outputs: grad_input, grad_weight, grad_bias,
 //                only those whose mask entry is set, in that order.
+// clang-format off
 #define COIL_EXTERN_KINDS(X)                                                       \
   X(Mm, "mm")                   /* out = a @ b, 2-d */                             \
   X(Bmm, "bmm")                 /* out = a @ b, 3-d batched */                     \
@@ -100,6 +103,7 @@ struct ComputeNode {
   X(IndexPut, "index_put")     /* out = copy of in0; out[indices] = / += values */ \
   X(ScatterAdd, "scatter_add") /* out = copy of in0; scatter-add along a dim */    \
   X(Fallback, "fallback")      /* an eager PyTorch op, by graph node position */
+// clang-format on
 
 enum class ExternKind : uint8_t {
 #define COIL_EXTERN_ENUM(name, text) name,
