@@ -7,9 +7,38 @@
 #include <unordered_set>
 #include <vector>
 
+#include "coil/support/error.h"
 #include "coil/sym/expr.h"
 
 namespace coil::sym {
+
+// Checked and Python-semantics integer arithmetic (CompileError on overflow / division by 0).
+inline int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  COIL_USER_CHECK(!__builtin_add_overflow(a, b, &r)) << "integer overflow in " << a << " + " << b;
+  return r;
+}
+inline int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  COIL_USER_CHECK(!__builtin_mul_overflow(a, b, &r)) << "integer overflow in " << a << " * " << b;
+  return r;
+}
+
+// Python floor division / modulo (b != 0).
+inline int64_t py_floordiv(int64_t a, int64_t b) {
+  COIL_USER_CHECK(b != 0) << "division by zero";
+  if (b == -1) return checked_mul(a, -1);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+inline int64_t py_mod(int64_t a, int64_t b) {
+  COIL_USER_CHECK(b != 0) << "modulo by zero";
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
 
 // Total, deterministic order on expressions (never pointer values); see expr.cpp.
 int compare_expr(Expr a, Expr b);
