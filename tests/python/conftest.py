@@ -178,3 +178,23 @@ def real_coil():
     except ImportError as e:
         pytest.skip(f"coil._coil not built: {e}")
     return C
+
+
+# Markers. `slow`: long suites (full sweeps, long fuzz runs), run only with COIL_SLOW=1 so CI
+# stays well inside its time budget. `gpu`: needs a CUDA device; skipped with a visible reason
+# elsewhere, never passed silently.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long suite, runs only with COIL_SLOW=1")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU, skipped visibly without one")
+
+
+def pytest_collection_modifyitems(config, items):
+    run_slow = os.environ.get("COIL_SLOW") == "1"
+    has_gpu = torch.cuda.is_available()
+    skip_slow = pytest.mark.skip(reason="slow suite: set COIL_SLOW=1 to run it")
+    skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine")
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip_gpu)
