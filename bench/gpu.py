@@ -1,4 +1,4 @@
-"""GPU benchmark: eager, Inductor and coil side by side on the cases of issue 3 (bench/gpu_models.py).
+"""GPU benchmark: eager, Inductor and coil side by side on issue 3's cases (bench/gpu_models.py).
 
     python bench/gpu.py                                  # every case, full sizes, on cuda
     python bench/gpu.py --quick --cases silu_mul,gpt2_infer
@@ -435,8 +435,9 @@ def environment(dev: Device) -> list[str]:
     lines = []
     if dev.cuda:
         p = torch.cuda.get_device_properties(dev.device)
-        lines.append(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs,"
-                     f" L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB; driver "
+        l2 = getattr(p, "L2_cache_size", 0) / 2**20
+        lines.append(f"GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, "
+                     f"{p.multi_processor_count} SMs, L2 {l2:.0f} MiB; driver "
                      f"{_driver_version()}, CUDA {torch.version.cuda}")
     else:
         lines.append(f"Device: CPU ({cpu_name()}, {os.cpu_count()} cores)")
@@ -505,14 +506,16 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
         out.append(f"Device-to-device copy of 1 GiB: {bw:.0f} GB/s  ")
     out.append("Process warm-up compile (not in any case's figure): "
                + (", ".join(f"{k} {v}" for k, v in warm.items()) or "none") + "  ")
+    now = datetime.datetime.now(datetime.timezone.utc)
     out.append(f"Sizes: {args.size}; median of {args.repeat} timed calls after {args.warmup} "
-               f"warm-up calls; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ")
+               f"warm-up calls; {now:%Y-%m-%d %H:%M} UTC  ")
     out.append(f"Command: `{command}`")
     out += ["", markdown_table(HEADER, rows), ""]
     summ = summary_rows(done, results, dev.cuda)
     if summ:
         out += ["Against the targets (coil vs Inductor: speed ratio > 1 is faster; compile ratio "
-                f"<= {TARGET_COMPILE_RATIO}; memory-bound GB/s >= {TARGET_GBPS:.0f} on the GPU):", "",
+                f"<= {TARGET_COMPILE_RATIO}; memory-bound GB/s >= {TARGET_GBPS:.0f} on the GPU):",
+                "",
                 markdown_table(["case", "what", "coil speed / Inductor", "coil compile / Inductor",
                                 "coil GB/s", "coil ran", "targets"], summ), ""]
     details = []
@@ -563,7 +566,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     args.size = "tiny" if args.tiny else "quick" if args.quick else "full"
     args.repeat = args.repeat or (5 if args.tiny else 10 if args.quick else 30)
-    args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 2 if args.quick else 5)
+    if args.warmup is None:
+        args.warmup = 1 if args.tiny else 2 if args.quick else 5
     names = [s.strip() for s in args.cases.split(",") if s.strip()] or list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:
