@@ -351,6 +351,8 @@ def run_case(case: Case, size: str, dev: Device, args, cache_root: str) -> dict[
             r = run_compiler(case, comp, master, input_sets, ref, dev, args, cache_root)
             results[comp] = r
             status = r.error or f"{r.ms:.3f} ms"
+            if comp == "coil":
+                status += f"  [{coil_ran(r.coil)}]"
             print(f"  {case.name:15s} {comp:9s} {status}", file=sys.stderr, flush=True)
         del input_sets, inputs, ref, master
         dev.release()
@@ -502,6 +504,8 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
     rows = [row for c in done for row in rows_for(c, results[c.name])]
     out = ["# coil GPU benchmark" if dev.cuda else "# coil GPU benchmark (run on a CPU)", ""]
     out += [f"{line}  " for line in env_lines]
+    if args.note:
+        out.append(f"Note: {args.note}  ")
     if bw is not None:
         out.append(f"Device-to-device copy of 1 GiB: {bw:.0f} GB/s  ")
     out.append("Process warm-up compile (not in any case's figure): "
@@ -563,6 +567,8 @@ def parse_args(argv=None):
     ap.add_argument("--coil-options", default="", type=_parse_options,
                     help="torch.compile options for coil, e.g. strict=1")
     ap.add_argument("--write", help="write the markdown report here (rewritten after each case)")
+    ap.add_argument("--note", default="",
+                    help="a line for the report header (e.g. the commit, where git is absent)")
     args = ap.parse_args(argv)
     args.size = "tiny" if args.tiny else "quick" if args.quick else "full"
     args.repeat = args.repeat or (5 if args.tiny else 10 if args.quick else 30)

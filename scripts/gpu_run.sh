@@ -14,7 +14,8 @@ if [[ -n "${OUT:-}" ]]; then
   exec > >(tee -a "$OUT/gpu_run.log") 2>&1
 fi
 
-py=$(command -v python3)
+# The interpreter itself (not a launcher shim), so CMake builds for the one that runs the tests.
+py=$(python3 -c 'import sys; print(sys.executable)') || exit 1
 jobs=$(nproc 2>/dev/null || echo 16)
 echo "== build ($py, -j$jobs)"
 cmake -S . -B build/gpu -G Ninja -DCOIL_BUILD_PYTHON=ON -DCOIL_INPLACE=ON \
