@@ -80,8 +80,17 @@ class Result:
 
 
 def one_line(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {msg[0][:200] if msg else ''}".rstrip(": ")
+    """The error's first line; for a wrapper (Dynamo's BackendCompilerFailed) its root cause's."""
+    inner = e
+    for _ in range(10):
+        nxt = getattr(inner, "inner_exception", None) or inner.__cause__
+        if nxt is None:
+            break
+        inner = nxt
+    msg = str(inner).strip().splitlines()
+    text = f"{type(inner).__name__}: {msg[0][:200] if msg else ''}".rstrip(": ")
+    text = text.replace("|", "/")  # a table cell
+    return text if inner is e else f"{text} (in {type(e).__name__})"
 
 
 # ---------------------------------------------------------------------------------------------

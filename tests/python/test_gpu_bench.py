@@ -18,7 +18,7 @@ from gpu_models import CASES
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_harness(tmp_path, *args) -> list[dict[str, str]]:
+def _run_harness(tmp_path, *args, expect_rc: int = 0) -> list[dict[str, str]]:
     out = tmp_path / "gpu.md"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
@@ -36,7 +36,7 @@ def _run_harness(tmp_path, *args) -> list[dict[str, str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == len(header) and cells[1] in bench.COMPILERS:
             rows.append(dict(zip(header, cells)))
-    assert proc.returncode == 0, (proc.stderr[-3000:], text)
+    assert proc.returncode == expect_rc, (proc.stderr[-3000:], text)
     return rows
 
 
@@ -82,6 +82,22 @@ def test_harness_cpu_tiny(tmp_path, real_coil):
     rows = _run_harness(tmp_path, "--device", "cpu", "--tiny", "--cases", ",".join(cases),
                         "--compilers", "eager,coil", "--repeat", "3")
     _check_rows(rows, cases, ["eager", "coil"])
+
+
+def test_harness_goes_on_after_a_compiler_failure(tmp_path, real_coil):
+    # An unknown coil option makes coil's backend raise on every case: each coil row must carry
+    # the root cause, the other rows and later cases must still be measured, and the exit
+    # status must say that something failed.
+    rows = _run_harness(tmp_path, "--device", "cpu", "--tiny", "--cases", "silu_mul,softmax",
+                        "--compilers", "eager,coil", "--repeat", "2",
+                        "--coil-options", "no_such_option=1", expect_rc=1)
+    assert [(r["case"], r["compiler"]) for r in rows] == [
+        ("silu_mul", "eager"), ("silu_mul", "coil"), ("softmax", "eager"), ("softmax", "coil")]
+    for r in rows:
+        if r["compiler"] == "eager":
+            assert float(r["ms"]) > 0, r
+        else:
+            assert r["ms"] == "-" and "unknown coil option" in r["notes"], r
 
 
 @pytest.mark.gpu
