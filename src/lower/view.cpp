@@ -272,6 +272,12 @@ TensorValue reshape(LoweringContext& lc, const TensorValue& x, Index sizes) {
     tv.device = x.device;
     return tv;
   }
+  if (c.as_const(total) == 0) {
+    // No elements: nothing is ever loaded (and the strides below would divide by zero).
+    Index zeros(x.sizes.size(), c.zero());
+    return view_value(
+        x, sizes, [zeros](const Index&) { return zeros; }, std::nullopt);
+  }
   // Flatten the output index, unflatten into the input's dims.
   Index in_sizes = x.sizes;
   Index out_sizes = sizes;
