@@ -44,4 +44,29 @@ def test_empty_view_in_backward():
 def test_reshape_of_empty_tensor():
     # A reshape of an empty tensor (repeat with a zero count makes one): the index math divided
     # by zero, and the view meta refused non-contiguous empty inputs.
+    _check(lambda x: x.repeat(0, 2), torch.randn(3, 4))
     _check(lambda x: (x + 1).reshape(0, 2, 5), torch.randn(0, 10).t())
+
+
+@pytest.mark.parametrize("dims", [(0,), (1,), (0, 1), (-1,)])
+def test_flip(dims):
+    # aten.flip decomposes to prims.rev, which had no lowering.
+    _check(lambda x: torch.flip(x, dims) + 1, torch.randn(4, 5))
+    _check(lambda x: torch.flip(x, dims), torch.randn(3, 6), grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_cumsum(dtype):
+    x = torch.randn(3, 7) * 10
+    _check(lambda t: torch.cumsum(t, 1), x.to(dtype))
+    _check(lambda t: torch.cumsum(t, 0), x.to(dtype))
+
+
+def test_diagonal_and_sgn():
+    _check(lambda x: torch.diagonal(x, 1) * 2, torch.randn(4, 5))
+    _check(lambda x: torch.diagonal(x, -1, 0, 2), torch.randn(3, 2, 4))
+    _check(lambda x: torch.abs(x), torch.randn(4, 5), grad=True)  # backward uses sgn
+
+
+def test_round_decimals():
+    _check(lambda x: torch.round(x, decimals=2), torch.randn(4, 5) * 100)
