@@ -161,6 +161,10 @@ _DECOMPOSE = [
     aten.fill,
     aten.ones,
     aten.zeros,
+    # core ATen ops the OpInfo sweep found running eagerly (docs/op_coverage.md)
+    aten.cumsum,  # -> where(arange <= arange) + prims.sum
+    aten.diagonal,  # -> as_strided
+    aten.repeat,  # -> expand + clone + view
 ]
 
 
@@ -230,7 +234,22 @@ def _coil_overrides() -> dict:
             return aten.logical_or.default(a, b)
         return NotImplemented
 
+    def round_decimals(x, decimals=0):
+        # ATen's kernel: nearbyint(x * 10^d) / 10^d (d < 0: nearbyint(x / 10^-d) * 10^-d) in
+        # the op-math type (float for bf16/f16); PyTorch's decomposition uses prims ops.
+        if not x.is_floating_point():
+            return NotImplemented
+        low = x.dtype in (torch.bfloat16, torch.float16)
+        y = torch.ops.prims.convert_element_type.default(x, torch.float32) if low else x
+        t = 10.0 ** abs(decimals)
+        if decimals < 0:
+            r = aten.mul.Tensor(aten.round.default(aten.div.Tensor(y, t)), t)
+        else:
+            r = aten.div.Tensor(aten.round.default(aten.mul.Tensor(y, t)), t)
+        return torch.ops.prims.convert_element_type.default(r, x.dtype) if low else r
+
     return {
+        aten.round.decimals: round_decimals,
         # On bool tensors (masks) the bitwise ops are the logical ones.
         aten.bitwise_not.default: bitwise_not,
         aten.bitwise_and.Tensor: bitwise_and,

@@ -351,6 +351,10 @@ void register_reduction_lowerings(LoweringRegistry& r) {
     return lower_sum_like(ctx, node, ReduceKind::Sum, int_list_arg(node, 1, "dim"),
                           bool_arg(node, 2, "keepdim", false));
   });
+  // prims.sum: what PyTorch's cumsum decomposition sums with.
+  r.add("prims.sum.default", [](LoweringContext& ctx, const Node& node) {
+    return lower_sum_like(ctx, node, ReduceKind::Sum, int_list_arg(node, 1, "dims"), false);
+  });
   // prod
   r.add("aten.prod.default", [](LoweringContext& ctx, const Node& node) {
     return lower_sum_like(ctx, node, ReduceKind::Prod, std::nullopt, false);

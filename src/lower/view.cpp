@@ -272,6 +272,12 @@ TensorValue reshape(LoweringContext& lc, const TensorValue& x, Index sizes) {
     tv.device = x.device;
     return tv;
   }
+  if (c.as_const(total) == 0) {
+    // No elements: nothing is ever loaded (and the strides below would divide by zero).
+    Index zeros(x.sizes.size(), c.zero());
+    return view_value(
+        x, sizes, [zeros](const Index&) { return zeros; }, std::nullopt);
+  }
   // Flatten the output index, unflatten into the input's dims.
   Index in_sizes = x.sizes;
   Index out_sizes = sizes;
@@ -334,6 +340,25 @@ TensorValue as_strided(LoweringContext& lc, const Node& n) {
   TensorValue tv = lc.from_buffer(lc.program().add_buffer(std::move(v)));
   tv.device = x.device;
   return tv;
+}
+
+// flip (prims.rev, what aten.flip decomposes to): index i of a flipped dim reads size-1-i. In
+// PyTorch a copy; here a lazy remap without a strided window, realized where it is needed.
+TensorValue flip(sym::Context& c, const TensorValue& x, const std::vector<int64_t>& dims) {
+  const int64_t rank = static_cast<int64_t>(x.sizes.size());
+  std::vector<bool> flipped(rank, false);
+  for (int64_t d : dims) flipped[normalize_dim(d, rank)] = true;
+  Index sizes = x.sizes;
+  return view_value(
+      x, sizes,
+      [&c, sizes, flipped](const Index& idx) {
+        Index in = idx;
+        for (size_t k = 0; k < in.size(); ++k) {
+          if (flipped[k]) in[k] = c.sub(c.sub(sizes[k], c.one()), idx[k]);
+        }
+        return in;
+      },
+      std::nullopt);
 }
 
 }  // namespace
@@ -452,6 +477,12 @@ void register_view_lowerings(LoweringRegistry& r) {
         [split](LoweringContext& lc, const Node& n) { return split(lc, n, false); });
   r.add("aten.split_with_sizes.default",
         [split](LoweringContext& lc, const Node& n) { return split(lc, n, true); });
+  r.add("prims.rev.default", [](LoweringContext& lc, const Node& n) {
+    return one(flip(lc.ctx(), lc.arg_value(n, 0, "a"), int_list(n.arg(1, "dims"))));
+  });
+  r.add("aten.flip.default", [](LoweringContext& lc, const Node& n) {
+    return one(flip(lc.ctx(), lc.arg_value(n, 0, "self"), int_list(n.arg(1, "dims"))));
+  });
   r.add("aten.unbind.int", [](LoweringContext& lc, const Node& n) {
     sym::Context& c = lc.ctx();
     const TensorValue& x = lc.arg_value(n, 0, "self");

@@ -114,7 +114,8 @@ std::vector<TensorMeta> view_meta(sym::Context& ctx, const OpCall& c) {
   COIL_USER_CHECK(size != nullptr) << c.op << ": needs a size";
   std::vector<sym::Expr> sizes = infer_view_sizes(ctx, c, *size, in);
   std::vector<sym::Expr> strides;
-  if (is_contiguous(ctx, in)) {
+  // An empty tensor can always be viewed (PyTorch's computeStride; its strides address nothing).
+  if (is_contiguous(ctx, in) || ctx.as_const(numel(ctx, in.sizes)) == 0) {
     strides = contiguous_strides(ctx, sizes);
   } else {
     auto st = compute_view_strides(ctx, in.sizes, in_strides(ctx, in), sizes);

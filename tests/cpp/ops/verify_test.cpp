@@ -76,5 +76,26 @@ TEST(VerifyMeta, CatchesWrongMetas) {
             "<ok>");
 }
 
+// Found by the OpInfo sweep (tools/opinfo_sweep.py): PyTorch gives size-1 dims and empty
+// tensors strides that differ from what coil's view meta functions compute; such strides
+// address nothing, so they must not fail verification (the graphs fell back to eager).
+TEST(VerifyMeta, IgnoresStridesThatAddressNothing) {
+  // expand: PyTorch says stride 5 for the new leading size-1 dims, the meta function 0.
+  EXPECT_EQ(verify_error("graph(%0: f32[5]):\n"
+                         "  %1: f32[1, 1, 5] = aten.expand.default(%0, [1, 1, 5])\n"
+                         "  return (%1)\n"),
+            "<ok>");
+  // view of an empty tensor: any strides.
+  EXPECT_EQ(verify_error("graph(%0: f32[0, 3]):\n"
+                         "  %1: f32[1, 0, 3]{3, 3, 1} = aten.view.default(%0, [1, 0, 3])\n"
+                         "  return (%1)\n"),
+            "<ok>");
+  // A wrong stride of a dim of size > 1 is still caught.
+  std::string err = verify_error(
+      "graph(%0: f32[5]):\n  %1: f32[1, 2, 5]{5, 5, 1} = aten.expand.default(%0, [1, 2, 5])\n"
+      "  return (%1)\n");
+  EXPECT_NE(err.find("its meta function says f32[1, 2, 5]{0, 0, 1}"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace coil::ops
