@@ -420,10 +420,11 @@ class _Exporter:
                     return
             raise ExportError(f"unsupported call target {getattr(target, '__name__', target)}")
         name = str(target)
-        val = _val(node)
+        # Checked before _val: these nodes have no result, hence no meta['val'].
         if name in _DROPPED_OPS:
             self.folded[node] = None
             return
+        val = _val(node)
         if isinstance(val, torch.Tensor):
             outs: list = [val]
             single = True
