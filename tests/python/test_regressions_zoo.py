@@ -99,3 +99,17 @@ def test_compiled_adamw_step_foreach():
         torch.testing.assert_close(p, q)
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(opt.state[p][key], ref_opt.state[q][key])
+
+
+def test_gathered_bias_inside_softmax_is_not_hoisted():
+    # T5's relative position bias: scores + embedding(bucket) feeding a softmax. The emitter
+    # hoisted the load of the bias (indexed by the gathered bucket, a symbol bound inside the
+    # reduction loop) above the loop that defines the symbol: g++ rejected the kernel.
+    def f(x, table, bucket):
+        bias = F.embedding(bucket, table).permute(2, 0, 1)[None]
+        return (x + bias).softmax(-1)
+
+    torch.manual_seed(0)
+    x, table = torch.randn(2, 4, 6, 6), torch.randn(8, 4)
+    bucket = torch.randint(0, 8, (6, 6))
+    torch.testing.assert_close(_compile(f)(x, table, bucket), f(x, table, bucket))
