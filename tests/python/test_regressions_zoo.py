@@ -113,3 +113,15 @@ def test_gathered_bias_inside_softmax_is_not_hoisted():
     x, table = torch.randn(2, 4, 6, 6), torch.randn(8, 4)
     bucket = torch.randint(0, 8, (6, 6))
     torch.testing.assert_close(_compile(f)(x, table, bucket), f(x, table, bucket))
+
+
+def test_saved_select_keeps_its_strides_for_the_backward():
+    # BERT's pooler reads x[:, 0] (strides [t*d, 1]); the forward saves it for the backward,
+    # which AOTAutograd compiled for those strides, but coil returned it dense: the backward
+    # rejected its input and ran eagerly (strict: an error).
+    lin = nn.Linear(8, 8)
+
+    def f(x):
+        return torch.tanh(lin(torch.tanh(x)[:, 0]))
+
+    _check_fwd_bwd(f, torch.randn(2, 5, 8))
