@@ -47,6 +47,7 @@ from torch._decomp import get_decompositions
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
 from .decomp_sdpa import sdpa_decompositions
+from .decomp_topk import topk_decompositions
 
 aten = torch.ops.aten
 
@@ -258,6 +259,7 @@ def _table() -> dict:
     table.update(sdpa_decompositions())
     table.update(foreach_decompositions())
     table.update(embedding_bag_decompositions())
+    table.update(topk_decompositions())
     return table
 
 

@@ -125,3 +125,26 @@ def test_saved_select_keeps_its_strides_for_the_backward():
         return torch.tanh(lin(torch.tanh(x)[:, 0]))
 
     _check_fwd_bwd(f, torch.randn(2, 5, 8))
+
+
+def test_topk_routing_forward_backward():
+    # Mixture-of-experts routing: topk had no lowering (strict: an error); decomposed into k
+    # argmax/gather rounds. Its backward scatters the gradient to the chosen positions.
+    def f(logits):
+        p = logits.softmax(-1)
+        top_p, top_i = p.topk(2, dim=-1)
+        gates = torch.zeros_like(p).scatter(1, top_i, top_p / top_p.sum(-1, keepdim=True))
+        return gates * logits
+
+    torch.manual_seed(0)
+    _check_fwd_bwd(f, torch.randn(16, 5))
+
+
+def test_topk_values_and_indices_match_eager():
+    torch.manual_seed(0)
+    x = torch.randn(6, 9)
+    for dim, largest in [(-1, True), (0, False)]:
+        got = _compile(lambda t: torch.topk(t, 3, dim=dim, largest=largest))(x)
+        want = torch.topk(x, 3, dim=dim, largest=largest)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
