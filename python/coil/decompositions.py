@@ -44,6 +44,11 @@ from typing import Callable
 import torch
 from torch._decomp import get_decompositions
 
+from .decomp_embedding_bag import embedding_bag_decompositions
+from .decomp_foreach import foreach_decompositions
+from .decomp_sdpa import sdpa_decompositions
+from .decomp_topk import topk_decompositions
+
 aten = torch.ops.aten
 
 # The primitive set coil's C++ is meant to lower (op packet names, any overload). Ops in the
@@ -269,6 +274,11 @@ def _coil_overrides() -> dict:
 def _table() -> dict:
     table = dict(get_decompositions(_DECOMPOSE))
     table.update(_coil_overrides())
+    # Fused ops with coil's own decompositions, one module each.
+    table.update(sdpa_decompositions())
+    table.update(foreach_decompositions())
+    table.update(embedding_bag_decompositions())
+    table.update(topk_decompositions())
     return table
 
 

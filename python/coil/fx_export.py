@@ -304,17 +304,45 @@ class ExportedGraph:
     folded: dict[fx.Node, Any]
     # Names of the ops emitted (for reports).
     ops: list[str]
+    # coil output i -> its FX strides, for outputs whose FX strides are not dense (a select or
+    # slice of a bigger tensor). coil returns outputs densely; AOTAutograd compiled the graphs
+    # that consume them (the backward reads saved activations) for the FX strides.
+    gapped_outputs: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any]) -> list:
         out = []
         for kind, v in self.output_spec:
             if kind == "tensor":
-                out.append(coil_outs[v])
+                t = coil_outs[v]
+                want = self.gapped_outputs.get(v)
+                if want is not None and not _same_strides(t, want):
+                    t = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device).copy_(t)
+                out.append(t)
             elif kind == "input":
                 out.append(args[v])
             else:
                 out.append(v)
         return out
+
+
+def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
+    # Strides of size-0/1 dims do not matter (coil's input check skips them too).
+    return all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides))
+
+
+def _gapped_strides(t: torch.Tensor) -> tuple[int, ...] | None:
+    """t's strides when they are static and not dense (not a permutation of row-major)."""
+    if not isinstance(t, torch.Tensor) or not all(
+        isinstance(x, int) for x in (*t.shape, *t.stride())
+    ):
+        return None
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    acc = 1
+    for st, n in dims:
+        if st != acc:
+            return tuple(t.stride())
+        acc *= n
+    return None
 
 
 def _is_tensor(x) -> bool:
@@ -420,10 +448,11 @@ class _Exporter:
                     return
             raise ExportError(f"unsupported call target {getattr(target, '__name__', target)}")
         name = str(target)
-        val = _val(node)
+        # Checked before _val: these nodes have no result, hence no meta['val'].
         if name in _DROPPED_OPS:
             self.folded[node] = None
             return
+        val = _val(node)
         if isinstance(val, torch.Tensor):
             outs: list = [val]
             single = True
@@ -492,6 +521,7 @@ class _Exporter:
                 header.append(self.placeholder_like(node, t))
                 constants.append(t)
         output_spec: list[tuple[str, Any]] = []
+        gapped_outputs: dict[int, tuple[int, ...]] = {}
         ret: list[str] = []
         for node in graph.nodes:
             if node.op in ("placeholder", "get_attr"):
@@ -503,6 +533,9 @@ class _Exporter:
                 flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 for o in flat:
                     if isinstance(o, fx.Node) and o in self.ids and isinstance(self.ids[o], int):
+                        gapped = _gapped_strides(_val(o))
+                        if gapped is not None:
+                            gapped_outputs[len(ret)] = gapped
                         output_spec.append(("tensor", len(ret)))
                         ret.append(f"%{self.ids[o]}")
                     elif isinstance(o, fx.Node) and o in self.folded:
@@ -527,6 +560,7 @@ class _Exporter:
             num_tensor_outputs=len(ret),
             folded=self.folded,
             ops=self.ops,
+            gapped_outputs=gapped_outputs,
         )
 
 

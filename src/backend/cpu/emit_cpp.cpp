@@ -592,7 +592,9 @@ class KernelEmitter {
   // Per instruction of n's body: whether its value changes with any of `vars`.
   std::vector<bool> variant_instrs(const ComputeNode& n, const std::vector<Expr>& vars) {
     const loop::Body& b = n.body;
-    const std::vector<Expr>& inner_vars = vars;
+    // The symbol an Indirect instruction binds (a gathered index) varies with the loop when
+    // the instruction does; loads indexed by it must not be hoisted above its definition.
+    std::vector<Expr> inner_vars = vars;
     auto depends = [&](Expr e) {
       if (e == nullptr) return false;
       for (Expr v : inner_vars)
@@ -614,6 +616,9 @@ class KernelEmitter {
         case InstrKind::Rand:
         case InstrKind::Randn:
           v = v || depends(in.expr);
+          break;
+        case InstrKind::Indirect:
+          if (v && in.expr != nullptr) inner_vars.push_back(in.expr);
           break;
         default:
           break;

@@ -97,5 +97,20 @@ TEST(VerifyMeta, IgnoresStridesThatAddressNothing) {
   EXPECT_NE(err.find("its meta function says f32[1, 2, 5]{0, 0, 1}"), std::string::npos) << err;
 }
 
+// The moe zoo model's backward: PyTorch gave a view's size-1 dim the stride 1 where the meta
+// function computes 16. Strides of size-1 dims address nothing; the view is consistent.
+TEST(VerifyMeta, IgnoresStridesOfSizeOneDims) {
+  EXPECT_EQ(verify_error("graph(%0: f32[16, 16]):\n"
+                         "  %1: f32[16, 1, 16]{16, 1, 1} = aten.view.default(%0, [16, 1, 16])\n"
+                         "  return (%1)\n"),
+            "<ok>");
+  // Size > 1 dims are still checked.
+  std::string err = verify_error(
+      "graph(%0: f32[16, 16]):\n"
+      "  %1: f32[16, 2, 8]{16, 1, 1} = aten.view.default(%0, [16, 2, 8])\n"
+      "  return (%1)\n");
+  EXPECT_NE(err.find("its meta function says f32[16, 2, 8]"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace coil::ops
