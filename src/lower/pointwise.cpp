@@ -502,6 +502,7 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
   unary_same(r, "round", InstrKind::Round, true);
   unary_same(r, "trunc", InstrKind::Trunc, true);
   unary_same(r, "sign", InstrKind::Sign, false);
+  unary_same(r, "sgn", InstrKind::Sign, false);  // sign of a real tensor (abs's backward)
   unary_same(r, "bitwise_not", InstrKind::BitwiseNot, false);
   for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{
            {"exp", InstrKind::Exp},         {"exp2", InstrKind::Exp2},

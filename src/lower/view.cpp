@@ -234,6 +234,25 @@ TensorValue select(sym::Context& c, const TensorValue& x, int64_t dim, sym::Expr
       s);
 }
 
+// flip (prims.rev after decomposition): index i of a flipped dim reads size - 1 - i. It is a
+// copy in PyTorch, not a view, so the value carries no strided form.
+TensorValue flip(sym::Context& c, const TensorValue& x, const std::vector<int64_t>& dims_in) {
+  int64_t rank = static_cast<int64_t>(x.sizes.size());
+  std::vector<int64_t> dims;
+  for (int64_t d : dims_in) dims.push_back(normalize_dim(d, rank));
+  if (dims.empty()) return x;
+  sym::Context* cp = &c;
+  Index sizes = x.sizes;
+  return view_value(
+      x, sizes,
+      [dims, sizes, cp](const Index& idx) {
+        Index in = idx;
+        for (int64_t d : dims) in[d] = cp->sub(cp->sub(sizes[d], cp->one()), idx[d]);
+        return in;
+      },
+      std::nullopt);
+}
+
 bool window_is_contiguous(sym::Context& c, const TensorValue& x) {
   if (!x.strided) return false;
   TensorMeta m;
@@ -397,6 +416,11 @@ void register_view_lowerings(LoweringRegistry& r) {
     if (start == c.zero() && end == x.sizes[dim] && step == 1) return one(x);
     return one(slice(c, x, dim, start, end, step));
   });
+  auto flip_fn = [](LoweringContext& lc, const Node& n) {
+    return one(flip(lc.ctx(), lc.arg_value(n, 0, "self"), int_list(n.arg(1, "dims"))));
+  };
+  r.add("aten.flip.default", flip_fn);
+  r.add("prims.rev.default", flip_fn);
   r.add("aten.select.int", [](LoweringContext& lc, const Node& n) {
     sym::Context& c = lc.ctx();
     const TensorValue& x = lc.arg_value(n, 0, "self");
