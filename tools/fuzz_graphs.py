@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,10 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT / "tools", ROOT / "bench"):
     sys.path.insert(0, str(p))
-try:  # a development tree without an installed coil
-    import coil  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT / "python"))
+
+
+def _find_coil() -> None:
+    try:  # a development tree without an installed coil
+        import coil  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(ROOT / "python"))
 
 FAILING = ("wrong", "coil_error", "crash")
 
@@ -61,6 +64,7 @@ def append(path: Path, rec: dict) -> None:
 
 
 def worker(args) -> int:
+    _find_coil()
     import torch
 
     from fuzz.generator import generate
@@ -145,6 +149,8 @@ def main() -> int:
         base += ["--ops", str(args.ops)]
     seeds = parse_seeds(args.seeds)
     t0 = time.time()
+    # SIGTERM ends the run like Ctrl-C: the finally below stops the workers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     procs = {i: subprocess.Popen(base + ["--offset", str(i)]) for i in range(args.jobs)}
     try:
         while procs:
