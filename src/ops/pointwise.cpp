@@ -208,9 +208,10 @@ void register_pointwise_ops(OpRegistry& r) {
     add("aten." + std::string(op) + ".default", kFloat1);
   }
   // Unary ops that keep the dtype.
-  for (const char* op : {"neg", "abs", "relu", "gelu", "silu", "floor", "ceil", "round", "trunc",
-                         "sign", "bitwise_not", "leaky_relu", "hardtanh", "elu", "hardswish",
-                         "hardsigmoid", "mish", "softplus", "frac"}) {
+  for (const char* op :
+       {"neg",   "abs",       "relu",        "gelu", "silu",        "floor",      "ceil",
+        "round", "trunc",     "sign",        "sgn",  "bitwise_not", "leaky_relu", "hardtanh",
+        "elu",   "hardswish", "hardsigmoid", "mish", "softplus",    "frac"}) {
     add("aten." + std::string(op) + ".default", kPromote1);
   }
   // Backward helpers of the activations (grad, saved tensor[, scalar]).

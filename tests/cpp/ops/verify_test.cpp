@@ -112,5 +112,20 @@ TEST(VerifyMeta, IgnoresStridesOfSizeOneDims) {
   EXPECT_NE(err.find("its meta function says f32[16, 2, 8]"), std::string::npos) << err;
 }
 
+// Fuzzer seed 8: PyTorch gives the size-1 dim of a view of a strided slice the slice's stride
+// (6 here), the meta function a contiguous one (3). Such strides address nothing and must not
+// fail verification; the strides of other dims still must agree.
+TEST(VerifyMeta, IgnoresStridesOfSizeOneDimsOfSlices) {
+  EXPECT_EQ(verify_error("graph(%0: f32[1, 2, 3]):\n"
+                         "  %1: f32[1, 1, 3]{6, 6, 1}+3 = aten.slice.Tensor(%0, 1, 1, 2, 2)\n"
+                         "  %2: f32[1, 3]{6, 1}+3 = aten.view.default(%1, [1, 3])\n"
+                         "  return (%2)\n"),
+            "<ok>");
+  std::string err = verify_error(
+      "graph(%0: f32[2, 3]):\n  %1: f32[3, 2]{1, 2} = aten.permute.default(%0, [1, 0])\n"
+      "  return (%1)\n");
+  EXPECT_NE(err.find("says f32[3, 2]{1, 3}"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace coil::ops
