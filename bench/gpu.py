@@ -486,7 +486,8 @@ HEADER = ["case", "compiler", "ms", "speedup vs eager", "Inductor ms / ms", "GB/
           "cold compile s", "compile vs Inductor", "peak MiB", "accuracy", "notes"]
 
 
-def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda: bool):
+def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda: bool,
+                 size: str = "full"):
     rows = []
     for case in cases:
         res = results.get(case.name, {})
@@ -502,7 +503,8 @@ def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda:
             met.append(f"compile {'met' if comp <= TARGET_COMPILE_RATIO else 'MISSED'}")
         if case.memory_bound and cuda and c.gbps is not None:
             met.append(f"GB/s {'met' if c.gbps >= TARGET_GBPS else 'MISSED'}")
-        rows.append([case.name, case.title, fmt(speed), fmt(comp, "{:.3f}"),
+        title = case.title if size == "full" else f"{case.title} (at {size} sizes)"
+        rows.append([case.name, title, fmt(speed), fmt(comp, "{:.3f}"),
                      fmt(c.gbps, "{:.0f}") if case.memory_bound else "", coil_ran(c.coil),
                      ", ".join(met)])
     return rows
@@ -524,7 +526,7 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
                f"warm-up calls; {now:%Y-%m-%d %H:%M} UTC  ")
     out.append(f"Command: `{command}`")
     out += ["", markdown_table(HEADER, rows), ""]
-    summ = summary_rows(done, results, dev.cuda)
+    summ = summary_rows(done, results, dev.cuda, args.size)
     if summ:
         out += ["Against the targets (coil vs Inductor: speed ratio > 1 is faster; compile ratio "
                 f"<= {TARGET_COMPILE_RATIO}; memory-bound GB/s >= {TARGET_GBPS:.0f} on the GPU):",
