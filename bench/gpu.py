@@ -132,13 +132,17 @@ class Device:
         torch.cuda.synchronize(self.device)
         return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
 
-    def peak_mib(self, call: Callable[[], Any]) -> float:
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.device) if self.cuda else 0
+
+    def peak_mib(self, call: Callable[[], Any], base: int = 0) -> float:
+        """CUDA: the allocator's peak over call() above `base` bytes; CPU: resident-set growth."""
         self.sync()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             call()
             self.sync()
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
+            return (torch.cuda.max_memory_allocated(self.device) - base) / 2**20
         before = rss_kib("VmRSS")
         reset_peak_rss()
         call()
@@ -305,6 +309,10 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
                  args, cache_root: str) -> Result:
     res = Result(compiler)
     model = target = step = None
+    # What is live before this compiler starts (the shared inputs, anything an earlier compiler
+    # left behind) is not this compiler's memory.
+    dev.release()
+    base = dev.allocated()
     try:
         with cold_caches(compiler):
             model = copy.deepcopy(master).to(dev.device)
@@ -324,7 +332,7 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
         res.ms = run_s * 1e3
         if compiler != "eager":
             res.cold_s = max(0.0, first_s - run_s)
-        res.peak_mib = dev.peak_mib(lambda: step(input_sets[0]))
+        res.peak_mib = dev.peak_mib(lambda: step(input_sets[0]), base)
         if case.memory_bound:
             moved = (_nbytes(input_sets[0]) + _nbytes(master.parameters()) +
                      _nbytes(master.buffers()) + _nbytes(got))
@@ -350,6 +358,7 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
 
 def run_case(case: Case, size: str, dev: Device, args, cache_root: str) -> dict[str, Result]:
     results = {}
+    t0 = time.perf_counter()
     with tf32(case.tf32):
         master, inputs = case.build(size)
         inputs = tuple(_to(x, dev.device) for x in inputs)
@@ -365,6 +374,7 @@ def run_case(case: Case, size: str, dev: Device, args, cache_root: str) -> dict[
             print(f"  {case.name:15s} {comp:9s} {status}", file=sys.stderr, flush=True)
         del input_sets, inputs, ref, master
         dev.release()
+    print(f"  {case.name:15s} took {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return results
 
 
@@ -547,7 +557,9 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
             "an eager SGD step); speedup vs eager = eager ms / ms; Inductor ms / ms > 1 means "
             "faster than Inductor; GB/s counts inputs, parameters and outputs once; cold compile "
             "is the first call minus a steady call, with empty caches; peak MiB is "
-            + ("torch.cuda.max_memory_allocated over one call (weights and inputs included)"
+            + ("torch.cuda.max_memory_allocated over one call less what was allocated before "
+               "the compiler started (weights, gradients and the call included; the shared "
+               "inputs not)"
                if dev.cuda else "the resident-set growth over one call")
             + "; accuracy is bench/accuracy.py's rule against eager.", ""]
     return "\n".join(out)
