@@ -132,13 +132,17 @@ class Device:
         torch.cuda.synchronize(self.device)
         return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
 
-    def peak_mib(self, call: Callable[[], Any]) -> float:
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.device) if self.cuda else 0
+
+    def peak_mib(self, call: Callable[[], Any], base: int = 0) -> float:
+        """CUDA: the allocator's peak over call() above `base` bytes; CPU: resident-set growth."""
         self.sync()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             call()
             self.sync()
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
+            return (torch.cuda.max_memory_allocated(self.device) - base) / 2**20
         before = rss_kib("VmRSS")
         reset_peak_rss()
         call()
@@ -305,6 +309,10 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
                  args, cache_root: str) -> Result:
     res = Result(compiler)
     model = target = step = None
+    # What is live before this compiler starts (the shared inputs, anything an earlier compiler
+    # left behind) is not this compiler's memory.
+    dev.release()
+    base = dev.allocated()
     try:
         with cold_caches(compiler):
             model = copy.deepcopy(master).to(dev.device)
@@ -324,7 +332,7 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
         res.ms = run_s * 1e3
         if compiler != "eager":
             res.cold_s = max(0.0, first_s - run_s)
-        res.peak_mib = dev.peak_mib(lambda: step(input_sets[0]))
+        res.peak_mib = dev.peak_mib(lambda: step(input_sets[0]), base)
         if case.memory_bound:
             moved = (_nbytes(input_sets[0]) + _nbytes(master.parameters()) +
                      _nbytes(master.buffers()) + _nbytes(got))
@@ -350,6 +358,7 @@ def run_compiler(case: Case, compiler: str, master, input_sets, ref: Reference, 
 
 def run_case(case: Case, size: str, dev: Device, args, cache_root: str) -> dict[str, Result]:
     results = {}
+    t0 = time.perf_counter()
     with tf32(case.tf32):
         master, inputs = case.build(size)
         inputs = tuple(_to(x, dev.device) for x in inputs)
@@ -365,6 +374,7 @@ def run_case(case: Case, size: str, dev: Device, args, cache_root: str) -> dict[
             print(f"  {case.name:15s} {comp:9s} {status}", file=sys.stderr, flush=True)
         del input_sets, inputs, ref, master
         dev.release()
+    print(f"  {case.name:15s} took {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return results
 
 
@@ -486,7 +496,8 @@ HEADER = ["case", "compiler", "ms", "speedup vs eager", "Inductor ms / ms", "GB/
           "cold compile s", "compile vs Inductor", "peak MiB", "accuracy", "notes"]
 
 
-def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda: bool):
+def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda: bool,
+                 size: str = "full"):
     rows = []
     for case in cases:
         res = results.get(case.name, {})
@@ -502,7 +513,8 @@ def summary_rows(cases: list[Case], results: dict[str, dict[str, Result]], cuda:
             met.append(f"compile {'met' if comp <= TARGET_COMPILE_RATIO else 'MISSED'}")
         if case.memory_bound and cuda and c.gbps is not None:
             met.append(f"GB/s {'met' if c.gbps >= TARGET_GBPS else 'MISSED'}")
-        rows.append([case.name, case.title, fmt(speed), fmt(comp, "{:.3f}"),
+        title = case.title if size == "full" else f"{case.title} (at {size} sizes)"
+        rows.append([case.name, title, fmt(speed), fmt(comp, "{:.3f}"),
                      fmt(c.gbps, "{:.0f}") if case.memory_bound else "", coil_ran(c.coil),
                      ", ".join(met)])
     return rows
@@ -524,7 +536,7 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
                f"warm-up calls; {now:%Y-%m-%d %H:%M} UTC  ")
     out.append(f"Command: `{command}`")
     out += ["", markdown_table(HEADER, rows), ""]
-    summ = summary_rows(done, results, dev.cuda)
+    summ = summary_rows(done, results, dev.cuda, args.size)
     if summ:
         out += ["Against the targets (coil vs Inductor: speed ratio > 1 is faster; compile ratio "
                 f"<= {TARGET_COMPILE_RATIO}; memory-bound GB/s >= {TARGET_GBPS:.0f} on the GPU):",
@@ -545,7 +557,9 @@ def report(args, env_lines, bw, warm, cases, results, dev, command) -> str:
             "an eager SGD step); speedup vs eager = eager ms / ms; Inductor ms / ms > 1 means "
             "faster than Inductor; GB/s counts inputs, parameters and outputs once; cold compile "
             "is the first call minus a steady call, with empty caches; peak MiB is "
-            + ("torch.cuda.max_memory_allocated over one call (weights and inputs included)"
+            + ("torch.cuda.max_memory_allocated over one call less what was allocated before "
+               "the compiler started (weights, gradients and the call included; the shared "
+               "inputs not)"
                if dev.cuda else "the resident-set growth over one call")
             + "; accuracy is bench/accuracy.py's rule against eager.", ""]
     return "\n".join(out)

@@ -105,3 +105,24 @@ def test_harness_gpu_quick(tmp_path, real_coil):
     cases = ["silu_mul", "softmax"]
     rows = _run_harness(tmp_path, "--quick", "--cases", ",".join(cases))
     _check_rows(rows, cases, list(bench.COMPILERS))
+
+
+def _params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_full_size_models_are_the_reference_architectures():
+    # Built on the meta device (no memory, no init time). torchvision's resnet50 has 25,557,032
+    # parameters; GPT-2 small has 124,439,808 with its LM head tied to the token embedding, and
+    # bench/models.py's GPT2 keeps the head separate (+50257 x 768).
+    import torch
+
+    with torch.device("meta"):
+        resnet, (x,) = CASES["resnet50_infer"].build("full")
+        gpt2, (idx,) = CASES["gpt2_infer"].build("full")
+        quick, _ = CASES["gpt2_train"].build("quick")
+    assert _params(resnet) == 25_557_032
+    assert tuple(x.shape) == (64, 3, 224, 224) and x.dtype == torch.bfloat16
+    assert _params(gpt2) == 124_439_808 + 50257 * 768
+    assert tuple(idx.shape) == (8, 512)
+    assert len(gpt2.blocks) == 12 and len(quick.blocks) == 2
