@@ -29,6 +29,11 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     clamp_min / clamp_max, select_backward / slice_backward, _reshape_alias,
     _unsafe_index (-> index), tril / triu, mv / dot, bitwise not/and/or on bool (-> logical).
 
+  coil's own decompositions of fused ops, one module each (docs/decisions.md): the CPU flash
+    SDPA and its backward (decomp_sdpa.py), _embedding_bag and its backward
+    (decomp_embedding_bag.py), the functional _foreach_* ops of a compiled optimizer step
+    (decomp_foreach.py), topk with k <= 8 (decomp_topk.py).
+
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
 
