@@ -70,3 +70,27 @@ def test_diagonal_and_sgn():
 
 def test_round_decimals():
     _check(lambda x: torch.round(x, decimals=2), torch.randn(4, 5) * 100)
+
+
+def test_gather_zero_dim():
+    # A 0-d self with a 1-element index (and a 0-d index) reached the emitter with a rank-1
+    # index for a rank-0 buffer: an InternalError.
+    x = torch.tensor(3.5)
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor([0]))
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor(0))
+    _check(lambda t, i: torch.gather(t, 0, i) * 2, torch.randn(5), torch.tensor(3))
+
+
+def test_scatter_add_zero_dim_falls_back_at_compile_time():
+    # The runtime kernel needs rank >= 1; a 0-d scatter_add failed only when the graph ran.
+    import coil
+
+    torch._dynamo.reset()
+    coil.reset_report()
+    fn = lambda t, i, s: torch.scatter_add(t, 0, i, s)
+    args = (torch.tensor(1.0), torch.tensor(0), torch.tensor(2.0))
+    got = torch.compile(fn, backend="coil", dynamic=False)(*args)
+    torch.testing.assert_close(got, fn(*args))
+    rep = coil.report()
+    assert not rep.graphs_fallen_back, rep
+    assert any("scatter_add" in op for op in rep.fallback_ops), rep
