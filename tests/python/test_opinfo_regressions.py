@@ -94,3 +94,14 @@ def test_scatter_add_zero_dim_falls_back_at_compile_time():
     rep = coil.report()
     assert not rep.graphs_fallen_back, rep
     assert any("scatter_add" in op for op in rep.fallback_ops), rep
+
+
+def test_gather_along_inner_dim_is_not_hoisted():
+    # index_select along the last dim: the load at the gathered position was hoisted out of the
+    # inner loop as if invariant, before the position was computed (g++ rejected the kernel;
+    # index_add's backward).
+    _check(lambda x, i: torch.index_select(x, -1, i) * -1, torch.randn(5, 5),
+           torch.tensor([4, 0, 2, 2, 1]))
+    _check(lambda x, i: torch.index_select(x, -1, i).exp(), torch.randn(3, 7),
+           torch.tensor([6, 0, 3]))
+

@@ -592,7 +592,9 @@ class KernelEmitter {
   // Per instruction of n's body: whether its value changes with any of `vars`.
   std::vector<bool> variant_instrs(const ComputeNode& n, const std::vector<Expr>& vars) {
     const loop::Body& b = n.body;
-    const std::vector<Expr>& inner_vars = vars;
+    // The loop variables, plus the symbols of variant Indirect instructions: a load indexed by
+    // a gathered position varies wherever the position does.
+    std::vector<Expr> inner_vars = vars;
     auto depends = [&](Expr e) {
       if (e == nullptr) return false;
       for (Expr v : inner_vars)
@@ -619,6 +621,7 @@ class KernelEmitter {
           break;
       }
       variant[i] = v;
+      if (v && in.kind == InstrKind::Indirect && in.expr != nullptr) inner_vars.push_back(in.expr);
     }
     return variant;
   }
