@@ -105,3 +105,19 @@ def test_gather_along_inner_dim_is_not_hoisted():
     _check(lambda x, i: torch.index_select(x, -1, i).exp(), torch.randn(3, 7),
            torch.tensor([6, 0, 3]))
 
+
+def test_var_std_keepdim():
+    # aten.var / aten.std were decomposed to prims.var + prims.broadcast_in_dim (no lowering);
+    # coil's own var/std lowerings now take them.
+    x = torch.randn(4, 6)
+    _check(lambda t: torch.var(t, 1, keepdim=True), x)
+    _check(lambda t: torch.std(t, (0, 1), correction=0), x)
+    _check(lambda t: torch.var(t, 0), x, grad=True)
+
+
+def test_cumprod_index_add_grid_sampler():
+    _check(lambda t: torch.cumprod(t, 1), torch.rand(3, 6) + 0.5)
+    _check(lambda x, i, s: torch.index_add(x, 0, i, s, alpha=2), torch.randn(5, 3),
+           torch.tensor([0, 4, 0]), torch.randn(3, 3))
+    _check(lambda x, g: torch.grid_sampler_2d(x, g, 0, 0, False), torch.randn(1, 2, 4, 5),
+           torch.rand(1, 3, 3, 2) * 2 - 1)
