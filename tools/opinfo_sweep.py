@@ -289,15 +289,21 @@ def _root_cause(e: BaseException) -> BaseException:
         e = nxt
 
 
+# CompileErrors that are coil failing, not declining: g++ rejecting the generated code.
+_BUG_MARKERS = ("host C++ compilation failed",)
+
+
 def _is_refusal(e: BaseException) -> bool:
     """An exception that is coil declining to compile (strict mode's stand-in for a fallback)."""
     name = type(e).__name__
-    return name in ("CompileError", "ExportError")
+    return name in ("CompileError", "ExportError") and not any(m in str(e) for m in _BUG_MARKERS)
 
 
 def _classify_fallback_reason(reason: str) -> str:
     # A graph that fell back because coil crashed inside is a bug, not a missing feature.
     if reason.startswith("InternalError") or reason.startswith("run failed"):
+        return "error"
+    if any(m in reason for m in _BUG_MARKERS):
         return "error"
     return "fallback"
 

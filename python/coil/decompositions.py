@@ -9,7 +9,7 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     sigmoid_backward / tanh_backward / threshold_backward (one pointwise body each; the
     decompositions would only add nodes), prims.convert_element_type, _to_copy;
     creation: full, scalar_tensor, arange/iota, empty;
-    reductions: sum, mean, amax, amin, max.dim, argmax, argmin, var_mean.correction, prod,
+    reductions: sum, mean, amax, amin, max.dim, argmax, argmin, var / std / var_mean, prod,
     any, all (mean and var_mean are kept: a reduction node is easier to fuse than its
     decomposition, and layer/batch norm decompose *into* var_mean);
     views: view, _unsafe_view, permute, expand, squeeze, unsqueeze, slice, select, as_strided;
@@ -25,7 +25,7 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     embedding_dense_backward (-> index_put with accumulate), addcmul / addcdiv / lerp, t /
     transpose (-> permute), baddbmm, split / split_with_sizes / unbind (-> slice/select),
     clone / copy (-> _to_copy), detach / alias (-> view), lift_fresh_copy, the *_like and
-    new_* creation ops (-> full / empty), rsub, stack, flip, var / std (-> var_mean), logsumexp,
+    new_* creation ops (-> full / empty), rsub, stack, flip, logsumexp,
     clamp_min / clamp_max, select_backward / slice_backward, _reshape_alias,
     _unsafe_index (-> index), tril / triu, mv / dot, bitwise not/and/or on bool (-> logical).
 
@@ -92,8 +92,6 @@ _DECOMPOSE = [
     aten.batch_norm_backward,
     aten.native_group_norm,
     aten.native_group_norm_backward,
-    aten.var,
-    aten.std,
     # activations (and their backward)
     aten.silu,
     aten.silu_backward,
@@ -175,6 +173,9 @@ _DECOMPOSE = [
     aten.cumsum,  # -> where(arange <= arange) + prims.sum
     aten.diagonal,  # -> as_strided
     aten.repeat,  # -> expand + clone + view
+    aten.cumprod,  # -> where(arange <= arange) + prims.prod
+    aten.index_add,  # -> index_put(accumulate=True)
+    aten.grid_sampler_2d,  # -> pointwise + index
 ]
 
 

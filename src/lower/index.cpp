@@ -272,14 +272,19 @@ std::vector<TensorValue> lower_gather(LoweringContext& ctx, const Node& node) {
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const TensorValue& ind = ctx.arg_value(node, 2, "index");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
-  COIL_USER_CHECK(static_cast<int64_t>(ind.sizes.size()) == rank || (rank == 0))
+  const int64_t ind_rank = static_cast<int64_t>(ind.sizes.size());
+  // PyTorch counts a 0-d tensor as 1-d here (ensure_nonempty_dim).
+  COIL_USER_CHECK(std::max<int64_t>(ind_rank, 1) == std::max<int64_t>(rank, 1))
       << "gather: index must have the rank of self";
   int64_t dim = normalize_dim(node.arg(1, "dim")->as_int(), rank);
   Expr n = rank == 0 ? ctx.ctx().one() : x.sizes[dim];
   LoweringContext* lc = &ctx;
-  auto loader = [x, ind, dim, n, lc](BodyBuilder& b, const std::vector<Expr>& idx) {
-    std::vector<Expr> src = idx;
+  auto loader = [x, ind, dim, n, lc, rank](BodyBuilder& b, const std::vector<Expr>& idx) {
+    // A 0-d self is read at no index at all; a 0-d index into a 1-d self reads position t.
     Expr t = indirect_index(*lc, b, ind.load(b, idx), n, /*wrap_negative=*/true);
+    std::vector<Expr> src = rank == 0     ? std::vector<Expr>{}
+                            : idx.empty() ? std::vector<Expr>{t}
+                                          : idx;
     if (!src.empty()) src[dim] = t;
     return x.load(b, src);
   };
@@ -539,6 +544,11 @@ std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& nod
   const TensorValue& index = ctx.arg_value(node, 2, "index");
   const TensorValue& src = ctx.arg_value(node, 3, "src");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
+  // The runtime kernel's precondition, checked here so that other shapes fall back at compile
+  // time instead of failing at run time.
+  COIL_USER_CHECK(rank > 0 && static_cast<int64_t>(index.sizes.size()) == rank &&
+                  static_cast<int64_t>(src.sizes.size()) == rank)
+      << "scatter_add: index and src must have the rank of self (and self be at least 1-d)";
   int64_t dim = normalize_dim(node.arg(1, "dim")->as_int(), rank);
   DType dt = out_dtype(node);
   loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::ScatterAdd);

@@ -351,9 +351,12 @@ void register_reduction_lowerings(LoweringRegistry& r) {
     return lower_sum_like(ctx, node, ReduceKind::Sum, int_list_arg(node, 1, "dim"),
                           bool_arg(node, 2, "keepdim", false));
   });
-  // prims.sum: what PyTorch's cumsum decomposition sums with.
+  // prims.sum / prims.prod: what PyTorch's cumsum / cumprod decompositions reduce with.
   r.add("prims.sum.default", [](LoweringContext& ctx, const Node& node) {
     return lower_sum_like(ctx, node, ReduceKind::Sum, int_list_arg(node, 1, "dims"), false);
+  });
+  r.add("prims.prod.default", [](LoweringContext& ctx, const Node& node) {
+    return lower_sum_like(ctx, node, ReduceKind::Prod, int_list_arg(node, 1, "dims"), false);
   });
   // prod
   r.add("aten.prod.default", [](LoweringContext& ctx, const Node& node) {

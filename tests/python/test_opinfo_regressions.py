@@ -70,3 +70,54 @@ def test_diagonal_and_sgn():
 
 def test_round_decimals():
     _check(lambda x: torch.round(x, decimals=2), torch.randn(4, 5) * 100)
+
+
+def test_gather_zero_dim():
+    # A 0-d self with a 1-element index (and a 0-d index) reached the emitter with a rank-1
+    # index for a rank-0 buffer: an InternalError.
+    x = torch.tensor(3.5)
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor([0]))
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor(0))
+    _check(lambda t, i: torch.gather(t, 0, i) * 2, torch.randn(5), torch.tensor(3))
+
+
+def test_scatter_add_zero_dim_falls_back_at_compile_time():
+    # The runtime kernel needs rank >= 1; a 0-d scatter_add failed only when the graph ran.
+    import coil
+
+    torch._dynamo.reset()
+    coil.reset_report()
+    fn = lambda t, i, s: torch.scatter_add(t, 0, i, s)
+    args = (torch.tensor(1.0), torch.tensor(0), torch.tensor(2.0))
+    got = torch.compile(fn, backend="coil", dynamic=False)(*args)
+    torch.testing.assert_close(got, fn(*args))
+    rep = coil.report()
+    assert not rep.graphs_fallen_back, rep
+    assert any("scatter_add" in op for op in rep.fallback_ops), rep
+
+
+def test_gather_along_inner_dim_is_not_hoisted():
+    # index_select along the last dim: the load at the gathered position was hoisted out of the
+    # inner loop as if invariant, before the position was computed (g++ rejected the kernel;
+    # index_add's backward).
+    _check(lambda x, i: torch.index_select(x, -1, i) * -1, torch.randn(5, 5),
+           torch.tensor([4, 0, 2, 2, 1]))
+    _check(lambda x, i: torch.index_select(x, -1, i).exp(), torch.randn(3, 7),
+           torch.tensor([6, 0, 3]))
+
+
+def test_var_std_keepdim():
+    # aten.var / aten.std were decomposed to prims.var + prims.broadcast_in_dim (no lowering);
+    # coil's own var/std lowerings now take them.
+    x = torch.randn(4, 6)
+    _check(lambda t: torch.var(t, 1, keepdim=True), x)
+    _check(lambda t: torch.std(t, (0, 1), correction=0), x)
+    _check(lambda t: torch.var(t, 0), x, grad=True)
+
+
+def test_cumprod_index_add_grid_sampler():
+    _check(lambda t: torch.cumprod(t, 1), torch.rand(3, 6) + 0.5)
+    _check(lambda x, i, s: torch.index_add(x, 0, i, s, alpha=2), torch.randn(5, 3),
+           torch.tensor([0, 4, 0]), torch.randn(3, 3))
+    _check(lambda x, g: torch.grid_sampler_2d(x, g, 0, 0, False), torch.randn(1, 2, 4, 5),
+           torch.rand(1, 3, 3, 2) * 2 - 1)

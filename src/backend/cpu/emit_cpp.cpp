@@ -624,6 +624,7 @@ class KernelEmitter {
           break;
       }
       variant[i] = v;
+      if (v && in.kind == InstrKind::Indirect && in.expr != nullptr) inner_vars.push_back(in.expr);
     }
     return variant;
   }
