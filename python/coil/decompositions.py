@@ -126,6 +126,7 @@ _DECOMPOSE = [
     aten._unsafe_index,
     aten._unsafe_masked_index,
     aten._unsafe_masked_index_put_accumulate,
+    aten.index_add,  # -> index_put with accumulate
     # pointwise composites
     aten.addcmul,
     aten.addcdiv,
@@ -145,6 +146,7 @@ _DECOMPOSE = [
     aten.unbind,
     aten.stack,
     aten.flip,
+    aten.diagonal,  # -> as_strided
     aten._reshape_alias,
     # copies and aliases: see _coil_overrides below
     aten.lift_fresh_copy,

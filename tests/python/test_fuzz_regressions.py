@@ -43,3 +43,18 @@ def test_flip(real_coil, dims):
     x = torch.randn(3, 4, 5)
     check(lambda x: (torch.flip(x, dims), torch.flip(x, dims) * 2 + 1), x)
     check(lambda x: (torch.flip(x.transpose(0, 2), dims),), x)
+
+
+def test_index_add(real_coil):
+    # Seed 3: index_add had neither a lowering nor a decomposition.
+    x, src, src1 = torch.randn(5, 4), torch.randn(3, 4), torch.randn(5, 2)
+    idx, idx1 = torch.tensor([4, 0, 4]), torch.tensor([3, 1])
+    check(lambda x, i, s, i1, s1: (x.index_add(0, i, s), (x * 2).index_add(1, i1, s1)),
+          x, idx, src, idx1, src1)
+
+
+def test_diagonal(real_coil):
+    # Seed 18: diagonal (a view) had no lowering.
+    x = torch.randn(3, 4, 5)
+    check(lambda x: (torch.diagonal(x, 0, 0, 1), torch.diagonal(x * 2, 1, 2, 0),
+                     torch.diagonal(x.transpose(0, 1), -1, 1, 2)), x)
