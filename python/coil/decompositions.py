@@ -232,7 +232,33 @@ def _coil_overrides() -> dict:
             return aten.logical_or.default(a, b)
         return NotImplemented
 
+    # PyTorch's var / std decompositions produce prims.var; coil lowers var_mean (a fusable
+    # reduction), so var and std go there.
+    def var(x, dim=None, *, correction=None, keepdim=False):
+        return aten.var_mean.correction(x, dim, correction=correction, keepdim=keepdim)[0]
+
+    def var_dim(x, dim, unbiased=True, keepdim=False):
+        return var(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+    def var_default(x, unbiased=True):
+        return var(x, None, correction=1 if unbiased else 0)
+
+    def std(x, dim=None, *, correction=None, keepdim=False):
+        return aten.sqrt.default(var(x, dim, correction=correction, keepdim=keepdim))
+
+    def std_dim(x, dim, unbiased=True, keepdim=False):
+        return aten.sqrt.default(var_dim(x, dim, unbiased, keepdim))
+
+    def std_default(x, unbiased=True):
+        return aten.sqrt.default(var_default(x, unbiased))
+
     return {
+        aten.var.correction: var,
+        aten.var.dim: var_dim,
+        aten.var.default: var_default,
+        aten.std.correction: std,
+        aten.std.dim: std_dim,
+        aten.std.default: std_default,
         # On bool tensors (masks) the bitwise ops are the logical ones.
         aten.bitwise_not.default: bitwise_not,
         aten.bitwise_and.Tensor: bitwise_and,

@@ -58,3 +58,14 @@ def test_diagonal(real_coil):
     x = torch.randn(3, 4, 5)
     check(lambda x: (torch.diagonal(x, 0, 0, 1), torch.diagonal(x * 2, 1, 2, 0),
                      torch.diagonal(x.transpose(0, 1), -1, 1, 2)), x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (torch.var(x, None, correction=1), torch.std(x, (1, 2), correction=0)),
+    lambda x: (torch.var(x, 1), torch.std(x), torch.var(x, -1, keepdim=True, unbiased=False)),
+    lambda x: (torch.std(x.sum(), None, correction=0), torch.var(x, (0, 2), correction=2)),
+])
+def test_var_std(real_coil, fn):
+    # Seed 13: var / std decomposed to prims.var, which had no lowering.
+    check(fn, torch.randn(4, 5, 6))
+    check(fn, torch.randn(4, 5, 6), grad=True)
