@@ -69,3 +69,12 @@ def test_var_std(real_coil, fn):
     # Seed 13: var / std decomposed to prims.var, which had no lowering.
     check(fn, torch.randn(4, 5, 6))
     check(fn, torch.randn(4, 5, 6), grad=True)
+
+
+def test_load_through_data_dependent_index_is_not_hoisted(real_coil):
+    # Seed 50: the emitter hoisted a load indexed by a data-dependent index (x[..., idx]) out
+    # of the loop that computes the index; g++ then failed on an undeclared variable.
+    x = torch.randn(1, 1, 12, 16).permute(2, 1, 0, 3)  # [12, 1, 1, 16], strides (16, 192, 192, 1)
+    idx = torch.randint(-16, 16, (7,))
+    check(lambda x, i: (x[:, :, :, i].to(torch.int64),), x, idx)
+    check(lambda x, i: (x[:, :, :, i] * 2,), x, idx[::2])

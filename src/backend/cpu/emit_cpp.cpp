@@ -592,7 +592,9 @@ class KernelEmitter {
   // Per instruction of n's body: whether its value changes with any of `vars`.
   std::vector<bool> variant_instrs(const ComputeNode& n, const std::vector<Expr>& vars) {
     const loop::Body& b = n.body;
-    const std::vector<Expr>& inner_vars = vars;
+    // The symbols of variant Indirect instructions (data-dependent indices, t6 = %5) vary too:
+    // a load indexed by one must stay inside the loop (fuzz seed 50).
+    std::vector<Expr> inner_vars = vars;
     auto depends = [&](Expr e) {
       if (e == nullptr) return false;
       for (Expr v : inner_vars)
@@ -614,6 +616,9 @@ class KernelEmitter {
         case InstrKind::Rand:
         case InstrKind::Randn:
           v = v || depends(in.expr);
+          break;
+        case InstrKind::Indirect:
+          if (v && in.expr != nullptr) inner_vars.push_back(in.expr);
           break;
         default:
           break;
