@@ -78,3 +78,14 @@ def test_load_through_data_dependent_index_is_not_hoisted(real_coil):
     idx = torch.randint(-16, 16, (7,))
     check(lambda x, i: (x[:, :, :, i].to(torch.int64),), x, idx)
     check(lambda x, i: (x[:, :, :, i] * 2,), x, idx[::2])
+
+
+def test_view_of_strided_input_keeps_pytorch_strides(real_coil):
+    # Seed 209: the forward graph returned a view of a strided input (saved for backward) as a
+    # contiguous copy; the backward graph, compiled for PyTorch's strides, refused it.
+    x = torch.randn(24)[::2]
+    check(lambda x: (torch.var_mean(x.reshape(1, 12), (0, 1), correction=0, keepdim=True)[0],),
+          x, grad=True)
+    y = torch.randn(4, 6, 5).permute(2, 0, 1)[:, ::2]  # [5, 2, 6] non-contiguous
+    check(lambda y: (y.reshape(5, 12) * 2, y.reshape(5, 2, 3, 2).sum(2), y.view(5, 2, 6, 1)), y)
+    check(lambda y: (y.reshape(10, 6).exp(), y.unsqueeze(0).reshape(1, 5, 2, 6)), y, grad=True)
