@@ -242,6 +242,52 @@ bool window_is_contiguous(sym::Context& c, const TensorValue& x) {
   return is_contiguous(c, m);
 }
 
+// PyTorch's computeStride for constant sizes and strides: the strides of `sizes` viewing the
+// same elements as x without a copy, if there are such strides. A view of a non-contiguous
+// tensor then stays a view with PyTorch's strides (a graph output that is such a view must
+// have them: the backward graph was compiled for them; fuzz seed 209).
+std::optional<Index> view_strides(sym::Context& c, const TensorValue& x, const Index& sizes) {
+  if (!x.strided || x.sizes.empty() || sizes.empty()) return std::nullopt;
+  std::vector<int64_t> os, ost, ns;
+  for (size_t k = 0; k < x.sizes.size(); ++k) {
+    auto a = c.as_const(x.sizes[k]);
+    auto b = c.as_const(x.strided->strides[k]);
+    if (!a || !b) return std::nullopt;
+    os.push_back(*a);
+    ost.push_back(*b);
+  }
+  for (sym::Expr e : sizes) {
+    auto a = c.as_const(e);
+    if (!a || *a < 0) return std::nullopt;
+    ns.push_back(*a);
+  }
+  for (int64_t v : os)
+    if (v == 0) return std::nullopt;
+  std::vector<int64_t> st(ns.size(), 0);
+  int64_t view_d = static_cast<int64_t>(ns.size()) - 1;
+  int64_t chunk_base = ost.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(os.size()) - 1; d >= 0; --d) {
+    tensor_numel *= os[d];
+    if (d == 0 || (os[d - 1] != 1 && ost[d - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || ns[view_d] == 1)) {
+        st[view_d] = view_numel * chunk_base;
+        view_numel *= ns[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base = ost[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  Index out;
+  for (int64_t v : st) out.push_back(c.constant(v));
+  return out;
+}
+
 TensorValue reshape(LoweringContext& lc, const TensorValue& x, Index sizes) {
   sym::Context& c = lc.ctx();
   sym::Expr total = numel(c, x.sizes);
@@ -257,14 +303,20 @@ TensorValue reshape(LoweringContext& lc, const TensorValue& x, Index sizes) {
   }
   if (infer >= 0) sizes[infer] = c.floordiv(total, known);
   if (sizes == x.sizes) return x;
+  std::optional<Index> strides;
   if (window_is_contiguous(c, x)) {
+    strides = contiguous_strides(c, sizes);
+  } else {
+    strides = view_strides(c, x, sizes);
+  }
+  if (strides) {
     // A new strided window on the same storage, read through a View buffer: no index math.
     loop::Buffer v;
     v.kind = loop::BufferKind::View;
     v.dtype = x.dtype;
     v.device = x.device;
     v.sizes = sizes;
-    v.strides = contiguous_strides(c, sizes);
+    v.strides = *strides;
     v.offset =
         (x.strided->offset && c.as_const(x.strided->offset) != 0) ? x.strided->offset : nullptr;
     v.view_of = x.strided->base;

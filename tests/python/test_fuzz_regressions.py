@@ -43,3 +43,49 @@ def test_flip(real_coil, dims):
     x = torch.randn(3, 4, 5)
     check(lambda x: (torch.flip(x, dims), torch.flip(x, dims) * 2 + 1), x)
     check(lambda x: (torch.flip(x.transpose(0, 2), dims),), x)
+
+
+def test_index_add(real_coil):
+    # Seed 3: index_add had neither a lowering nor a decomposition.
+    x, src, src1 = torch.randn(5, 4), torch.randn(3, 4), torch.randn(5, 2)
+    idx, idx1 = torch.tensor([4, 0, 4]), torch.tensor([3, 1])
+    check(lambda x, i, s, i1, s1: (x.index_add(0, i, s), (x * 2).index_add(1, i1, s1)),
+          x, idx, src, idx1, src1)
+
+
+def test_diagonal(real_coil):
+    # Seed 18: diagonal (a view) had no lowering.
+    x = torch.randn(3, 4, 5)
+    check(lambda x: (torch.diagonal(x, 0, 0, 1), torch.diagonal(x * 2, 1, 2, 0),
+                     torch.diagonal(x.transpose(0, 1), -1, 1, 2)), x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (torch.var(x, None, correction=1), torch.std(x, (1, 2), correction=0)),
+    lambda x: (torch.var(x, 1), torch.std(x), torch.var(x, -1, keepdim=True, unbiased=False)),
+    lambda x: (torch.std(x.sum(), None, correction=0), torch.var(x, (0, 2), correction=2)),
+])
+def test_var_std(real_coil, fn):
+    # Seed 13: var / std decomposed to prims.var, which had no lowering.
+    check(fn, torch.randn(4, 5, 6))
+    check(fn, torch.randn(4, 5, 6), grad=True)
+
+
+def test_load_through_data_dependent_index_is_not_hoisted(real_coil):
+    # Seed 50: the emitter hoisted a load indexed by a data-dependent index (x[..., idx]) out
+    # of the loop that computes the index; g++ then failed on an undeclared variable.
+    x = torch.randn(1, 1, 12, 16).permute(2, 1, 0, 3)  # [12, 1, 1, 16], strides (16, 192, 192, 1)
+    idx = torch.randint(-16, 16, (7,))
+    check(lambda x, i: (x[:, :, :, i].to(torch.int64),), x, idx)
+    check(lambda x, i: (x[:, :, :, i] * 2,), x, idx[::2])
+
+
+def test_view_of_strided_input_keeps_pytorch_strides(real_coil):
+    # Seed 209: the forward graph returned a view of a strided input (saved for backward) as a
+    # contiguous copy; the backward graph, compiled for PyTorch's strides, refused it.
+    x = torch.randn(24)[::2]
+    check(lambda x: (torch.var_mean(x.reshape(1, 12), (0, 1), correction=0, keepdim=True)[0],),
+          x, grad=True)
+    y = torch.randn(4, 6, 5).permute(2, 0, 1)[:, ::2]  # [5, 2, 6] non-contiguous
+    check(lambda y: (y.reshape(5, 12) * 2, y.reshape(5, 2, 3, 2).sum(2), y.view(5, 2, 6, 1)), y)
+    check(lambda y: (y.reshape(10, 6).exp(), y.unsqueeze(0).reshape(1, 5, 2, 6)), y, grad=True)
