@@ -81,15 +81,22 @@ def _run_module(model, inputs, grad_seed: int = 1):
     grads = [torch.ones_like(t) if t.dim() == 0 else
              torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype) for t in flat]
     torch.autograd.backward(flat, grads)
-    grads_in = [inputs[i].grad for i in _float_inputs(inputs)]
-    grads_p = [p.grad for _, p in model.named_parameters()]
-    buffers = [b for _, b in model.named_buffers()]
-    return (outs, buffers), grads_in + grads_p
+    # Named, so that a failure says which gradient or buffer is off (a compiled module's names
+    # carry the _orig_mod. prefix).
+    plain = lambda name: name.removeprefix("_orig_mod.")
+    grads_out = {f"input{i}": inputs[i].grad for i in _float_inputs(inputs)}
+    grads_out.update({plain(name): p.grad for name, p in model.named_parameters()})
+    buffers = {plain(name): b for name, b in model.named_buffers()}
+    return {"output": outs, "buffers": buffers}, grads_out
 
 
 def _run_optimizer(opt: zoo.OptimizerStep, step, steps: int = 2):
     for _ in range(steps):
         step()
+    return _optimizer_results(opt)
+
+
+def _optimizer_results(opt: zoo.OptimizerStep):
     return [p.detach() for p in opt.params], opt.state()
 
 
@@ -120,11 +127,10 @@ def run_case(name: str, dtype: torch.dtype, strict: bool = True, cache: bool = T
             f64_fwd, f64_bwd = _run_optimizer(ref64, ref64.step)
             step = torch.compile(mine.step, backend="coil", options=_options(strict, cache))
             t0 = time.perf_counter()
-            step()
+            step()  # the first call compiles
             res.compile_s = time.perf_counter() - t0
-            got_fwd, got_bwd = [p.detach() for p in mine.params], None
             step()
-            got_bwd = mine.state()
+            got_fwd, got_bwd = _optimizer_results(mine)
         else:
             model = model.to(dtype) if dtype != torch.float32 else model
             inputs = _cast(inputs, dtype)
