@@ -11,8 +11,9 @@ every parameter), each compared with eager by the benchmark runner's accuracy ru
   fell back   results accepted, but a graph or an op ran eagerly (the reason is listed)
   error       compiling or running raised (in --strict mode a fallback is an error)
 
-Compile time is the first compiled call (forward + backward, all graphs compiled; the kernel
-cache is off unless --cache), minus nothing: it is what a user waits for on the first step.
+"compile s" is the wall time of the first compiled call (forward + backward, every graph
+compiled; the kernel cache is off unless --cache): what a user waits for on the first step.
+"eager s" is one eager forward + backward, for scale.
 """
 
 from __future__ import annotations
