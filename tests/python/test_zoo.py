@@ -80,3 +80,23 @@ def test_zoo_has_the_models_the_issue_names():
                  "adamw"]:
         assert name in zoo.ZOO
     assert len(zoo.ZOO) >= 12
+
+
+class _SortNet(torch.nn.Module):
+    # aten.sort has neither a lowering nor a decomposition: it runs through the per-op fallback.
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        return torch.sort(self.lin(x), dim=-1).values.sum()
+
+
+def test_runner_reports_fallbacks_and_strict_errors(monkeypatch):
+    spec = zoo.ZooModel("sortnet", lambda: (_SortNet(), (torch.randn(3, 6),)), "loss", "test")
+    monkeypatch.setitem(zoo.ZOO, "sortnet", spec)
+    r = zoo_run.run_case("sortnet", torch.float32, strict=False)
+    assert (r.status, r.forward, r.backward) == ("fell back", "pass", "pass"), r
+    assert any("sort" in f for f in r.fallbacks), r.fallbacks
+    r = zoo_run.run_case("sortnet", torch.float32, strict=True)
+    assert r.status == "error", r
