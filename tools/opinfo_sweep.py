@@ -515,6 +515,13 @@ def _strict_same(prev, task) -> bool:
     `--strict-all` runs it anyway."""
     if prev is None or task.get("strict_all"):
         return False
+    if task.get("derive_strict"):
+        # --derive-strict: also when samples fell back. The fallback-mode run attributed each
+        # sample (a fallback makes it re-run them one by one), and strict=True changes nothing
+        # but turning those fallbacks into CompileErrors; only errors and wrong answers, whose
+        # strict behaviour may differ, are run again.
+        return all(s is None or s["status"] in ("pass", "fallback", "skip")
+                   for s in prev["samples"]) and prev["status"] != "error"
     return prev["status"] == "pass" or (
         prev["status"] == "skip" and all(s and s["status"] == "skip" for s in prev["samples"]))
 
@@ -602,6 +609,7 @@ def sweep(args) -> None:
         if todo:
             tasks.append({"op": name, "variants": todo, "modes": modes,
                           "max_samples": args.max_samples, "strict_all": args.strict_all,
+                          "derive_strict": args.derive_strict,
                           "core": bool(core)})
     # Core entries first: the headline figure is known early in a long sweep.
     tasks.sort(key=lambda t: not t["core"])
@@ -822,6 +830,9 @@ def parse_args(argv=None):
     p.add_argument("--log", default="", help="worker stderr goes here (default: discarded)")
     p.add_argument("--strict-all", action="store_true",
                    help="run strict mode also where the fallback-mode run passed cleanly")
+    p.add_argument("--derive-strict", action="store_true",
+                   help="take strict results from the fallback-mode run's per-sample outcomes "
+                        "where it saw only passes and fallbacks (faster; see _strict_same)")
     p.add_argument("--redo", action="store_true", help="rerun selected entries already done")
     p.add_argument("--write", default="", help="regenerate this markdown table afterwards")
     p.add_argument("--table-only", action="store_true", help="only regenerate --write")

@@ -179,6 +179,79 @@ _DECOMPOSE = [
 ]
 
 
+# Largest (index elements x destination size along dim) that _scatter_reduce_dense expands to
+# a dense mask; bigger scatters run eagerly (per-op fallback) instead of costing quadratic work.
+SCATTER_REDUCE_DENSE_LIMIT = 1 << 16
+
+
+def _scatter_reduce_dense(x, dim, index, src, reduce, include_self):
+    """scatter_reduce as a masked dense reduction: out[.., j, ..] combines self with the src
+    elements p where index[.., p, ..] == j, via a [.., n, m, ..] mask (n = self.size(dim),
+    m = index.size(dim)) reduced over m. Only when the mask is small
+    (SCATTER_REDUCE_DENSE_LIMIT); NotImplemented otherwise (the op runs eagerly).
+    Integer mean divides with floor, as ATen does."""
+    rank = x.dim()
+    if rank == 0 or index.dim() != rank or x.dtype == torch.bool or src.dim() != rank:
+        return NotImplemented
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        return NotImplemented
+    dim = dim % rank
+    # Outside dim, index may be smaller than self: reduce into that leading window of self and
+    # write it back with slice_scatter.
+    windows = []
+    for k in range(rank):
+        if k != dim and index.shape[k] != x.shape[k]:
+            if index.shape[k] > x.shape[k]:
+                return NotImplemented
+            windows.append((k, x))
+            x = aten.slice.Tensor(x, k, 0, index.shape[k])
+    n, m = x.shape[dim], index.shape[dim]
+    if index.numel() * n > SCATTER_REDUCE_DENSE_LIMIT or index.numel() == 0:
+        return NotImplemented
+    for k in range(rank):  # src's leading window of index's shape
+        if src.shape[k] != index.shape[k]:
+            src = aten.slice.Tensor(src, k, 0, index.shape[k])
+    floating = x.is_floating_point()
+    j = aten.arange.default(n, dtype=torch.int64, device=x.device)
+    j = aten.view.default(j, [n] + [1] * (rank - dim))
+    mask = aten.eq.Tensor(aten.unsqueeze.default(index, dim), j)  # [.., n, m, ..]
+    s = aten.unsqueeze.default(src, dim)
+    red = dim + 1
+    cnt = aten.sum.dim_IntList(mask, [red])
+    scattered = aten.gt.Scalar(cnt, 0)
+    if reduce in ("sum", "mean"):
+        r = aten.sum.dim_IntList(aten.where.ScalarOther(mask, s, 0.0 if floating else 0), [red],
+                                 dtype=x.dtype)
+    elif reduce == "prod":
+        r = aten.prod.dim_int(aten.where.ScalarOther(mask, s, 1.0 if floating else 1), red,
+                              dtype=x.dtype)
+    else:
+        if floating:
+            fill = float("-inf") if reduce == "amax" else float("inf")
+        else:
+            info = torch.iinfo(x.dtype)
+            fill = info.min if reduce == "amax" else info.max
+        r = getattr(aten, reduce).default(aten.where.ScalarOther(mask, s, fill), [red])
+    if include_self:
+        if reduce in ("sum", "mean"):
+            r = aten.add.Tensor(x, r)
+        elif reduce == "prod":
+            r = aten.mul.Tensor(x, r)
+        else:
+            r = (aten.maximum if reduce == "amax" else aten.minimum).default(x, r)
+        if reduce == "mean":
+            cnt = aten.add.Tensor(cnt, 1)
+    if reduce == "mean":
+        cnt = aten.clamp_min.default(cnt, 1)
+        r = (aten.div.Tensor(r, cnt) if floating else
+             aten.div.Tensor_mode(r, cnt, rounding_mode="floor"))
+    if not include_self:
+        r = aten.where.self(scattered, r, x)
+    for k, outer in reversed(windows):
+        r = aten.slice_scatter.default(outer, r, k, 0, index.shape[k])
+    return r
+
+
 def _coil_overrides() -> dict:
     """Decompositions of coil's own, where PyTorch's reference ones would produce prims.* ops
     (prims.view_of, prims.clone) that are not in coil's primitive set."""
@@ -259,7 +332,29 @@ def _coil_overrides() -> dict:
             r = aten.div.Tensor(aten.round.default(aten.mul.Tensor(y, t)), t)
         return torch.ops.prims.convert_element_type.default(r, x.dtype) if low else r
 
+    def scatter_add(x, dim, index, src):
+        # The runtime kernel needs rank >= 1: a 0-d scatter_add is one on a [1] view.
+        if x.dim() != 0 or index.numel() != 1:
+            return NotImplemented
+        out = aten.scatter_add.default(
+            aten.view.default(x, [1]), 0, aten.view.default(index, [1]),
+            aten.slice.Tensor(aten.view.default(src, [-1]), 0, 0, 1))
+        return aten.view.default(out, [])
+
+    def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+        return _scatter_reduce_dense(x, dim, index, src, reduce, include_self)
+
+    def scatter_reduce_legacy(x, dim, index, src, *, reduce):
+        # scatter(..., reduce="add" | "multiply") is scatter_reduce with include_self.
+        mode = {"add": "sum", "multiply": "prod"}.get(reduce)
+        if mode is None:
+            return NotImplemented
+        return _scatter_reduce_dense(x, dim, index, src, mode, True)
+
     return {
+        aten.scatter_add.default: scatter_add,
+        aten.scatter_reduce.two: scatter_reduce,
+        aten.scatter.reduce: scatter_reduce_legacy,
         aten.round.decimals: round_decimals,
         # On bool tensors (masks) the bitwise ops are the logical ones.
         aten.bitwise_not.default: bitwise_not,

@@ -273,6 +273,12 @@ std::vector<TensorValue> lower_gather(LoweringContext& ctx, const Node& node) {
   const TensorValue& ind = ctx.arg_value(node, 2, "index");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
   const int64_t ind_rank = static_cast<int64_t>(ind.sizes.size());
+  if (ctx.ctx().as_const(numel(ctx.ctx(), ind.sizes)) == 0) {
+    // An empty index (PyTorch then allows any rank): an empty result, nothing is read.
+    return {ctx.pointwise(x.dtype, ind.sizes, [dt = x.dtype](BodyBuilder& b, const auto&) {
+      return b.constant(0, dtype_compute(dt));
+    })};
+  }
   // PyTorch counts a 0-d tensor as 1-d here (ensure_nonempty_dim).
   COIL_USER_CHECK(std::max<int64_t>(ind_rank, 1) == std::max<int64_t>(rank, 1))
       << "gather: index must have the rank of self";

@@ -82,13 +82,14 @@ def test_gather_zero_dim():
 
 
 def test_scatter_add_zero_dim_falls_back_at_compile_time():
-    # The runtime kernel needs rank >= 1; a 0-d scatter_add failed only when the graph ran.
+    # The runtime kernel needs index and src of self's rank; a 0-d index into a 1-d self
+    # (PyTorch allows it) failed only when the graph ran, now it falls back per op.
     import coil
 
     torch._dynamo.reset()
     coil.reset_report()
     fn = lambda t, i, s: torch.scatter_add(t, 0, i, s)
-    args = (torch.tensor(1.0), torch.tensor(0), torch.tensor(2.0))
+    args = (torch.tensor([1.0, 3.0]), torch.tensor(1), torch.tensor(2.0))
     got = torch.compile(fn, backend="coil", dynamic=False)(*args)
     torch.testing.assert_close(got, fn(*args))
     rep = coil.report()
@@ -121,3 +122,33 @@ def test_cumprod_index_add_grid_sampler():
            torch.tensor([0, 4, 0]), torch.randn(3, 3))
     _check(lambda x, g: torch.grid_sampler_2d(x, g, 0, 0, False), torch.randn(1, 2, 4, 5),
            torch.rand(1, 3, 3, 2) * 2 - 1)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    # scatter_reduce.two had no lowering; coil decomposes it into a dense masked reduction
+    # (decompositions.py: _scatter_reduce_dense). include_self=False must keep self where
+    # nothing is scattered, also for mean (the first version divided those by zero counts).
+    x, src = torch.randn(6, 5), torch.randn(4, 7)
+    index = torch.tensor([[0, 5, 2, 2, 1], [3, 0, 0, 5, 2], [1, 1, 4, 0, 0], [0, 2, 2, 3, 3]])
+    _check(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self),
+           x, index, src)
+    # Along dim 1, index narrower than self along dim 0 (the window is written back).
+    _check(lambda a, i, s: a.scatter_reduce(1, i, s, reduce, include_self=include_self),
+           torch.randn(6, 5), index[:3, :4] % 5, src)
+    # Integers: exact, and mean divides with floor.
+    xi, si = torch.randint(-9, 9, (6, 5)), torch.randint(-9, 9, (4, 7))
+    _check(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self),
+           xi, index, si)
+
+
+def test_scatter_with_reduce_and_zero_dim_scatter_add():
+    x, src = torch.randn(6, 5), torch.randn(4, 5)
+    index = torch.tensor([[0, 5, 2, 2, 1], [3, 0, 0, 5, 2], [1, 1, 4, 0, 0], [0, 2, 2, 3, 3]])
+    _check(lambda a, i, s: a.scatter(0, i, s, reduce="add"), x, index, src)
+    _check(lambda a, i, s: a.scatter(0, i, s, reduce="multiply"), x, index, src)
+    _check(lambda a, i, s: torch.scatter_add(a, 0, i, s) * 2, torch.tensor(1.5),
+           torch.tensor(0), torch.tensor(2.0))
+    # An empty index of another rank (gather allows it).
+    _check(lambda a, i: torch.gather(a, 0, i), torch.randn(5), torch.zeros(2, 0, dtype=torch.long))
