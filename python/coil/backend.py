@@ -197,7 +197,15 @@ class CoilGraphFn:
             inputs.extend(ex.binder.carrier_tensors(env))
             ex.call_env.env = env
         try:
-            outs = self.compiled.run(inputs)
+            try:
+                outs = self.compiled.run(inputs)
+            except RuntimeError as e:
+                # A tensor laid out otherwise than traced (another coil graph returned a copy
+                # where the trace had a view): copy it into the traced strides and retry.
+                fixed = ex.relayout_inputs(inputs, args, env)
+                if fixed is None or type(e).__name__ != "InputMismatchError":
+                    raise
+                outs = self.compiled.run(fixed)
             if len(outs) != ex.num_tensor_outputs:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"

@@ -319,8 +319,29 @@ class ExportedGraph:
     ops: list[str]
     # Symbolic sizes: how to bind them from the runtime args (None for a static graph).
     binder: SymBinder | None = None
+    # SymFloat FX nodes passed as f64[] inputs (run_node_eagerly reads them back as floats).
+    scalar_inputs: set = dataclasses.field(default_factory=set)
+    # Per graph input (input_indices order): the traced strides (ints, or SymValue).
+    input_strides: list = dataclasses.field(default_factory=list)
     # The symbol values of the call in progress on this thread (for run_node_eagerly).
     call_env: threading.local = dataclasses.field(default_factory=threading.local)
+
+    def relayout_inputs(self, inputs: list, args: Sequence[Any],
+                        env: dict[str, int] | None) -> list | None:
+        """`inputs` with every graph input whose strides differ from the traced ones (size-1
+        dims aside) copied into the traced strides; None if none differs."""
+        fixed, changed = list(inputs), False
+        for k, i in enumerate(self.input_indices):
+            t = inputs[k]
+            want = [s(env) if isinstance(s, SymValue) else s for s in self.input_strides[k]]
+            if len(want) != t.dim():
+                return None
+            if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), want)):
+                continue
+            fixed[k] = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+            fixed[k].copy_(t)
+            changed = True
+        return fixed if changed else None
 
     def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
                         env: dict[str, int] | None = None) -> list:
@@ -339,6 +360,12 @@ class ExportedGraph:
 
 def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
+
+
+def _val_or_none(node):
+    if not isinstance(node, fx.Node):
+        return None
+    return node.meta.get("val", node.meta.get("example_value"))
 
 
 def _val(node: fx.Node):
@@ -360,6 +387,8 @@ class _Exporter:
         self.lines: list[str] = []
         self.nodes: list[fx.Node] = []
         self.ops: list[str] = []
+        # SymFloat-valued FX nodes passed to coil as f64[] inputs -> their value id.
+        self.scalar_inputs: dict[fx.Node, int | None] = {}
         # Free symbols met while printing (sympy symbol -> a SymNode naming it).
         self.seen: dict = {}
 
@@ -427,6 +456,8 @@ class _Exporter:
                 self.folded[node] = self.folded[src][idx]
                 return
             raise ExportError(f"getitem on {src.name} which is not a multi-output op")
+        if node in self.scalar_inputs:
+            return  # a SymFloat passed as an f64[] input (bind_symbols)
         if not isinstance(target, torch._ops.OpOverload):
             # Python-level scalar arithmetic on static sizes folds to its value.
             val = _val(node)
@@ -438,6 +469,10 @@ class _Exporter:
                 # expression wherever it is used.
                 v = _symint_value(val)
                 self.folded[node] = v if isinstance(v, int) else val
+                return
+            if isinstance(val, torch.SymFloat):
+                # Float arithmetic on sizes: evaluated per call where an op uses it.
+                self.folded[node] = val
                 return
             raise ExportError(f"unsupported call target {getattr(target, '__name__', target)}")
         name = str(target)
@@ -517,6 +552,9 @@ class _Exporter:
             for name in binder.carriers:
                 i = self.new_id()
                 header.append(f"%{i}: u8[{name}]{{0}}")
+            for n in self.scalar_inputs:
+                self.scalar_inputs[n] = self.ids[n] = self.new_id()
+                header.append(f"%{self.ids[n]}: f64[]")
         output_spec: list[tuple[str, Any]] = []
         ret: list[str] = []
         for node in graph.nodes:
@@ -556,6 +594,10 @@ class _Exporter:
             folded=self.folded,
             ops=self.ops,
             binder=binder,
+            scalar_inputs=set(self.scalar_inputs),
+            input_strides=[[v if isinstance(v, int) else SymValue(v)
+                            for v in map(_symint_value, _val(placeholders[i]).stride())]
+                           for i in input_indices],
         )
 
     def bind_symbols(self, placeholders: list[fx.Node]) -> SymBinder | None:
@@ -572,6 +614,9 @@ class _Exporter:
                     meta_text(x, used)
                 elif isinstance(x, torch.SymInt):
                     _symint_value(x, used)
+                elif isinstance(x, torch.SymFloat):
+                    for sym in x.node.expr.free_symbols:
+                        used.setdefault(sym, x.node)
         if not used:
             return None
         sources: dict[str, tuple] = {}
@@ -606,7 +651,40 @@ class _Exporter:
                 hints[name] = int(hint)
         # Only the sources of the symbols used are looked up per call.
         sources = {k: v for k, v in sources.items() if k in {s.name for s in used}}
-        return SymBinder(sources=sources, carriers=carriers, hints=hints)
+        # SymFloat arguments of ops (BatchNorm's n / (n - 1)): f64[] inputs computed per call.
+        scalars: list[fx.Node] = []
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                flat: list = []
+                fx.node.map_arg((node.args, node.kwargs), flat.append)
+                for a in flat:
+                    if isinstance(_val_or_none(a), torch.SymFloat) and a not in scalars:
+                        scalars.append(a)
+        scalar_fns = [self.scalar_fn(n, placeholders) for n in scalars]
+        for n in scalars:
+            self.scalar_inputs[n] = None
+        return SymBinder(sources=sources, carriers=carriers, hints=hints,
+                         scalars=scalar_fns)
+
+    def scalar_fn(self, node: fx.Node, placeholders: list[fx.Node]):
+        """A function env -> value of the scalar FX node `node` (Python arithmetic on sizes),
+        re-evaluated per call from the symbol values."""
+        v = _val_or_none(node)
+        if isinstance(v, torch.SymInt):
+            val = _symint_value(v)
+            if isinstance(val, int):
+                return lambda env, c=val: c
+            return SymValue(val)
+        if isinstance(v, (int, float, bool)):
+            return lambda env, c=v: c
+        if node.op != "call_function" or isinstance(node.target, torch._ops.OpOverload):
+            raise ExportError(f"symbolic float {node.name} from {node.op} {node.target}")
+        if node.kwargs:
+            raise ExportError(f"symbolic float {node.name}: keyword arguments")
+        fns = [self.scalar_fn(a, placeholders) if isinstance(a, fx.Node)
+               else (lambda env, c=a: c) for a in node.args]
+        target = node.target
+        return lambda env: target(*[f(env) for f in fns])
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str):
@@ -631,10 +709,13 @@ def _concrete(v: torch.SymInt, env: dict[str, int] | None) -> int:
     return SymValue(_symint_value(v))(env)
 
 
-def _substitute(a, tensors, pos: list[int], folded, env=None):
+def _substitute(a, tensors, pos: list[int], folded, env=None, scalars=frozenset()):
     """Rebuilds an FX argument with runtime tensors, consuming `tensors` in the order coil
     passes them (positional args, then kwargs, lists depth-first)."""
     if isinstance(a, fx.Node):
+        if a in scalars:
+            pos[0] += 1
+            return float(tensors[pos[0] - 1].item())
         if a in folded:
             v = folded[a]
             return _concrete(v, env) if isinstance(v, torch.SymInt) else v
@@ -644,7 +725,7 @@ def _substitute(a, tensors, pos: list[int], folded, env=None):
         pos[0] += 1
         return t
     if isinstance(a, (list, tuple)):
-        return type(a)(_substitute(x, tensors, pos, folded, env) for x in a)
+        return type(a)(_substitute(x, tensors, pos, folded, env, scalars) for x in a)
     if isinstance(a, torch.SymInt):
         return _concrete(a, env)
     return a
@@ -656,8 +737,9 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     pos = [0]
     env = getattr(exported.call_env, "env", None)
     folded = exported.folded
-    args = tuple(_substitute(a, tensors, pos, folded, env) for a in node.args)
-    kwargs = {k: _substitute(v, tensors, pos, folded, env) for k, v in node.kwargs.items()}
+    sc = exported.scalar_inputs
+    args = tuple(_substitute(a, tensors, pos, folded, env, sc) for a in node.args)
+    kwargs = {k: _substitute(v, tensors, pos, folded, env, sc) for k, v in node.kwargs.items()}
     if pos[0] != len(tensors):
         raise RuntimeError(
             f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "

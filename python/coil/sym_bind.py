@@ -10,7 +10,9 @@ The C++ runtime binds a symbol from the first graph input whose size or stride *
     that receives `s0` as a SymInt and only `s0*s1`-sized tensors) is passed to coil as an
     extra input `u8[s0]{0}` (a zero-stride view of one byte, nothing is allocated), so that the
     runtime binds it like any other size;
-  * SymInt values the graph returns or an eagerly-run node needs are evaluated from the env.
+  * SymInt values the graph returns or an eagerly-run node needs are evaluated from the env;
+  * a SymFloat an op takes as a scalar (BatchNorm's unbiased-variance factor n / (n - 1)) is
+    re-evaluated per call from the FX nodes that compute it and passed as an f64[] input.
 
 The checks: every symbol must be known to be >= 2 by Dynamo's ShapeEnv (Dynamo specializes
 sizes 0 and 1 and guards that the others are >= 2; coil's parser gives input symbols the range
@@ -72,6 +74,9 @@ class SymBinder:
     carriers: list[str]
     # symbol name -> the ShapeEnv's example value (hint), for reports and the debug dump.
     hints: dict[str, int]
+    # SymFloat values ops take as scalars (env -> float), passed as f64[] inputs after the
+    # carriers.
+    scalars: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         self._byte = torch.zeros(1, dtype=torch.uint8)
@@ -89,7 +94,10 @@ class SymBinder:
         return out
 
     def carrier_tensors(self, env: dict[str, int]) -> list[torch.Tensor]:
-        return [self._byte.expand(env[name]) for name in self.carriers]
+        out = [self._byte.expand(env[name]) for name in self.carriers]
+        for f in self.scalars:
+            out.append(torch.tensor(float(f(env)), dtype=torch.float64))
+        return out
 
     def describe(self) -> str:
         parts = []
