@@ -30,8 +30,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from decimal import Decimal
 import threading
+from decimal import Decimal
 from typing import Any, Sequence
 
 import torch
@@ -280,7 +280,10 @@ def _symbolic_rowmajor(t: torch.Tensor) -> bool:
 
     try:
         want = _rowmajor_exprs(list(t.size()))
-        return all(sympy.simplify(expr(s) - e) == 0 for s, e in zip(t.stride(), want))
+        # Structural equality first (sympy's products are canonical); expand, never simplify
+        # (simplify costs milliseconds per call: seconds on a transformer graph).
+        return all(expr(s) == e or sympy.expand(expr(s) - e) == 0
+                   for s, e in zip(t.stride(), want))
     except Exception:
         return False
 
