@@ -190,8 +190,22 @@ class CoilGraphFn:
         ex = self.exported
         inputs = [_runtime_tensor(args[i]) for i in ex.input_indices]
         inputs.extend(ex.constants)
+        env = None
+        if ex.binder is not None:
+            # Symbolic sizes (sym_bind.py): this call's symbol values, carrier inputs.
+            env = ex.binder.env(args)
+            inputs.extend(ex.binder.carrier_tensors(env))
+            ex.call_env.env = env
         try:
-            outs = self.compiled.run(inputs)
+            try:
+                outs = self.compiled.run(inputs)
+            except RuntimeError as e:
+                # A tensor laid out otherwise than traced (another coil graph returned a copy
+                # where the trace had a view): copy it into the traced strides and retry.
+                fixed = ex.relayout_inputs(inputs, args, env)
+                if fixed is None or type(e).__name__ != "InputMismatchError":
+                    raise
+                outs = self.compiled.run(fixed)
             if len(outs) != ex.num_tensor_outputs:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
@@ -203,7 +217,7 @@ class CoilGraphFn:
             _note_fallback(self.name, f"run failed: {_one_line(e)}")
             self.eager = _eager(self.gm)
             return self.eager(args)
-        return ex.rebuild_outputs(outs, args)
+        return ex.rebuild_outputs(outs, args, env)
 
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,

@@ -12,11 +12,13 @@ Mapping:
   * tensor placeholders -> graph inputs, in order; get_attr tensors -> extra graph inputs after
     them (their tensors are passed at run time: `ExportedGraph.constants`);
   * non-tensor placeholders (ints / SymInts) are not graph inputs; a plain int is folded as a
-    constant where it is used, a symbolic one used by a node is unsupported (ExportError);
+    constant where it is used, a SymInt is printed as its expression (`sym(s0*4)`) where it is
+    used; symbols are bound at run time as sym_bind.py describes (carrier inputs come last);
   * every call_function on an OpOverload -> one node; multi-output ops declare all their tensor
     outputs (None entries of an op's result, e.g. convolution_backward with an output mask,
     are not outputs); operator.getitem is not emitted, it names one of those outputs;
-  * nodes producing a non-tensor value (sym_size, ...) are evaluated here if constant;
+  * nodes producing a non-tensor value (sym_size, operator.mul on SymInts, ...) fold to their
+    value: an int, or a SymInt printed as its expression;
   * output -> `return (...)` of the tensor outputs; `ExportedGraph.output_spec` says how to
     rebuild the full FX output list (tensors, None, ints) from the coil outputs.
 
@@ -28,11 +30,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import threading
 from decimal import Decimal
 from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+
+from .sym_bind import SymBinder, SymValue, symbol_lower_bound
 
 __all__ = ["ExportError", "ExportedGraph", "export_graph", "format_float", "DTYPE_NAMES"]
 
@@ -140,6 +145,10 @@ def _sym_expr_text(expr) -> str:
         from torch.utils._sympy.functions import FloorDiv, Mod as TorchMod, PythonMod
     except ImportError:  # pragma: no cover - older torch
         FloorDiv = TorchMod = PythonMod = ()
+    try:  # torch has its own Min/Max (not sympy subclasses)
+        from torch.utils._sympy.functions import Max as TorchMax, Min as TorchMin
+    except ImportError:  # pragma: no cover - older torch
+        TorchMax = TorchMin = sympy.Max
 
     def rec(e, parent_prec: int) -> str:
         # precedence: 1 = sum, 2 = product / div / mod, 3 = atom
@@ -175,8 +184,8 @@ def _sym_expr_text(expr) -> str:
             s, prec = f"{rec(e.args[0], 2)}//{rec(e.args[1], 3)}", 2
         elif FloorDiv and isinstance(e, (TorchMod, PythonMod)):
             s, prec = f"{rec(e.args[0], 2)} % {rec(e.args[1], 3)}", 2
-        elif isinstance(e, (sympy.Min, sympy.Max)) and len(e.args) == 2:
-            name = "min" if isinstance(e, sympy.Min) else "max"
+        elif isinstance(e, (sympy.Min, sympy.Max, TorchMin, TorchMax)) and len(e.args) == 2:
+            name = "min" if isinstance(e, (sympy.Min, TorchMin)) else "max"
             s, prec = f"{name}({rec(e.args[0], 0)}, {rec(e.args[1], 0)})", 3
         else:
             raise ExportError(f"symbolic expression {e} ({type(e).__name__}) is not expressible")
@@ -185,8 +194,9 @@ def _sym_expr_text(expr) -> str:
     return rec(sympy.sympify(expr), 0)
 
 
-def _symint_value(x) -> int | str:
-    """A SymInt (or int) as an int when constant, else coil sym text."""
+def _symint_value(x, seen: dict | None = None) -> int | str:
+    """A SymInt (or int) as an int when constant, else coil sym text. The free symbols of a
+    symbolic value are added to `seen` (sympy symbol -> its SymNode)."""
     if isinstance(x, int):
         return int(x)
     if isinstance(x, torch.SymInt):
@@ -196,6 +206,9 @@ def _symint_value(x) -> int | str:
         expr = node.expr
         if getattr(expr, "is_number", False):
             return int(expr)
+        if seen is not None:
+            for sym in expr.free_symbols:
+                seen.setdefault(sym, node)
         return _sym_expr_text(expr)
     raise ExportError(f"expected an int or SymInt, got {type(x).__name__}")
 
@@ -222,14 +235,14 @@ def device_name(device: torch.device) -> str:
     return device.type
 
 
-def meta_text(t: torch.Tensor) -> str:
+def meta_text(t: torch.Tensor, seen: dict | None = None) -> str:
     """dtype[sizes]{strides}+offset@device, as the C++ printer writes a TensorMeta."""
     if t.layout != torch.strided:
         raise ExportError(f"layout {t.layout} is not supported")
     if t.is_sparse or getattr(t, "is_nested", False):
         raise ExportError("sparse / nested tensors are not supported")
-    sizes = [_symint_value(s) for s in t.size()]
-    strides = [_symint_value(s) for s in t.stride()]
+    sizes = [_symint_value(s, seen) for s in t.size()]
+    strides = [_symint_value(s, seen) for s in t.stride()]
     out = dtype_name(t.dtype) + "[" + ", ".join(map(str, sizes)) + "]"
     # Row-major strides of the sizes, computed exactly as coil's contiguous_strides does
     # (size-1 and size-0 dims included), so the text round-trips.
@@ -246,7 +259,7 @@ def meta_text(t: torch.Tensor) -> str:
             default = _symbolic_rowmajor(t)
     if not default:
         out += "{" + ", ".join(map(str, strides)) + "}"
-    off = _symint_value(t.storage_offset())
+    off = _symint_value(t.storage_offset(), seen)
     if off != 0:
         if isinstance(off, int) or off.isidentifier():
             out += f"+{off}"
@@ -267,7 +280,10 @@ def _symbolic_rowmajor(t: torch.Tensor) -> bool:
 
     try:
         want = _rowmajor_exprs(list(t.size()))
-        return all(sympy.simplify(expr(s) - e) == 0 for s, e in zip(t.stride(), want))
+        # Structural equality first (sympy's products are canonical); expand, never simplify
+        # (simplify costs milliseconds per call: seconds on a transformer graph).
+        return all(expr(s) == e or sympy.expand(expr(s) - e) == 0
+                   for s, e in zip(t.stride(), want))
     except Exception:
         return False
 
@@ -308,8 +324,34 @@ class ExportedGraph:
     # slice of a bigger tensor). coil returns outputs densely; AOTAutograd compiled the graphs
     # that consume them (the backward reads saved activations) for the FX strides.
     gapped_outputs: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # Symbolic sizes: how to bind them from the runtime args (None for a static graph).
+    binder: SymBinder | None = None
+    # SymFloat FX nodes passed as f64[] inputs (run_node_eagerly reads them back as floats).
+    scalar_inputs: set = dataclasses.field(default_factory=set)
+    # Per graph input (input_indices order): the traced strides (ints, or SymValue).
+    input_strides: list = dataclasses.field(default_factory=list)
+    # The symbol values of the call in progress on this thread (for run_node_eagerly).
+    call_env: threading.local = dataclasses.field(default_factory=threading.local)
 
-    def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any]) -> list:
+    def relayout_inputs(self, inputs: list, args: Sequence[Any],
+                        env: dict[str, int] | None) -> list | None:
+        """`inputs` with every graph input whose strides differ from the traced ones (size-1
+        dims aside) copied into the traced strides; None if none differs."""
+        fixed, changed = list(inputs), False
+        for k, i in enumerate(self.input_indices):
+            t = inputs[k]
+            want = [s(env) if isinstance(s, SymValue) else s for s in self.input_strides[k]]
+            if len(want) != t.dim():
+                return None
+            if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), want)):
+                continue
+            fixed[k] = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+            fixed[k].copy_(t)
+            changed = True
+        return fixed if changed else None
+
+    def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
+                        env: dict[str, int] | None = None) -> list:
         out = []
         for kind, v in self.output_spec:
             if kind == "tensor":
@@ -320,6 +362,8 @@ class ExportedGraph:
                 out.append(t)
             elif kind == "input":
                 out.append(args[v])
+            elif kind == "sym":
+                out.append(v(env))
             else:
                 out.append(v)
         return out
@@ -349,6 +393,12 @@ def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
+def _val_or_none(node):
+    if not isinstance(node, fx.Node):
+        return None
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
 def _val(node: fx.Node):
     if "val" in node.meta:
         return node.meta["val"]
@@ -368,6 +418,10 @@ class _Exporter:
         self.lines: list[str] = []
         self.nodes: list[fx.Node] = []
         self.ops: list[str] = []
+        # SymFloat-valued FX nodes passed to coil as f64[] inputs -> their value id.
+        self.scalar_inputs: dict[fx.Node, int | None] = {}
+        # Free symbols met while printing (sympy symbol -> a SymNode naming it).
+        self.seen: dict = {}
 
     def new_id(self) -> int:
         i = self.next_id
@@ -384,8 +438,6 @@ class _Exporter:
                 raise ExportError(f"{a.name}: a multi-output value used directly as an argument")
             if a in self.folded:
                 return self.arg(self.folded[a])
-            if a in self.nonterm_inputs:
-                raise ExportError(f"symbolic input {a.name} is used by the graph")
             raise ExportError(f"argument {a.name} is not defined")
         if a is None:
             return "None"
@@ -406,7 +458,7 @@ class _Exporter:
         if isinstance(a, (list, tuple)):
             return "[" + ", ".join(self.arg(x) for x in a) + "]"
         if isinstance(a, torch.SymInt):
-            v = _symint_value(a)
+            v = _symint_value(a, self.seen)
             return str(v) if isinstance(v, int) else f"sym({v})"
         if isinstance(a, (torch.SymFloat, torch.SymBool)):
             raise ExportError(f"symbolic {type(a).__name__} arguments are not supported")
@@ -418,7 +470,7 @@ class _Exporter:
     def placeholder_like(self, node: fx.Node, t: torch.Tensor) -> str:
         i = self.new_id()
         self.ids[node] = i
-        return f"%{i}: {meta_text(t)}"
+        return f"%{i}: {meta_text(t, self.seen)}"
 
     def call_function(self, node: fx.Node) -> None:
         target = node.target
@@ -435,6 +487,8 @@ class _Exporter:
                 self.folded[node] = self.folded[src][idx]
                 return
             raise ExportError(f"getitem on {src.name} which is not a multi-output op")
+        if node in self.scalar_inputs:
+            return  # a SymFloat passed as an f64[] input (bind_symbols)
         if not isinstance(target, torch._ops.OpOverload):
             # Python-level scalar arithmetic on static sizes folds to its value.
             val = _val(node)
@@ -442,10 +496,15 @@ class _Exporter:
                 self.folded[node] = val
                 return
             if isinstance(val, torch.SymInt):
+                # Symbolic size arithmetic (operator.mul, floordiv, sym_size...): the node is its
+                # expression wherever it is used.
                 v = _symint_value(val)
-                if isinstance(v, int):
-                    self.folded[node] = v
-                    return
+                self.folded[node] = v if isinstance(v, int) else val
+                return
+            if isinstance(val, torch.SymFloat):
+                # Float arithmetic on sizes: evaluated per call where an op uses it.
+                self.folded[node] = val
+                return
             raise ExportError(f"unsupported call target {getattr(target, '__name__', target)}")
         name = str(target)
         # Checked before _val: these nodes have no result, hence no meta['val'].
@@ -465,9 +524,8 @@ class _Exporter:
             # A scalar-valued op (sym_size, _local_scalar_dense...).
             if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
                 v = _symint_value(val)
-                if isinstance(v, int):
-                    self.folded[node] = v
-                    return
+                self.folded[node] = v if isinstance(v, int) else val
+                return
             raise ExportError(f"{name}: non-tensor result {type(val).__name__} not supported")
         for o in outs:
             if o is not None and not _is_tensor(o):
@@ -481,7 +539,7 @@ class _Exporter:
                 continue
             i = self.new_id()
             ids.append(i)
-            decls.append(f"%{i}: {meta_text(o)}")
+            decls.append(f"%{i}: {meta_text(o, self.seen)}")
         if not decls:
             raise ExportError(f"{name}: no tensor outputs")
         self.ids[node] = ids[0] if single else tuple(ids)
@@ -509,6 +567,7 @@ class _Exporter:
                 if isinstance(v, int):
                     self.folded[node] = v
                 else:
+                    self.folded[node] = val
                     self.nonterm_inputs[node] = pos
             else:
                 raise ExportError(f"placeholder {node.name}: unsupported {type(val).__name__}")
@@ -520,6 +579,14 @@ class _Exporter:
                     raise ExportError(f"get_attr {node.target}: not a tensor")
                 header.append(self.placeholder_like(node, t))
                 constants.append(t)
+        binder = self.bind_symbols(placeholders)
+        if binder is not None:
+            for name in binder.carriers:
+                i = self.new_id()
+                header.append(f"%{i}: u8[{name}]{{0}}")
+            for n in self.scalar_inputs:
+                self.scalar_inputs[n] = self.ids[n] = self.new_id()
+                header.append(f"%{self.ids[n]}: f64[]")
         output_spec: list[tuple[str, Any]] = []
         gapped_outputs: dict[int, tuple[int, ...]] = {}
         ret: list[str] = []
@@ -538,10 +605,12 @@ class _Exporter:
                             gapped_outputs[len(ret)] = gapped
                         output_spec.append(("tensor", len(ret)))
                         ret.append(f"%{self.ids[o]}")
-                    elif isinstance(o, fx.Node) and o in self.folded:
-                        output_spec.append(("const", self.folded[o]))
                     elif isinstance(o, fx.Node) and o in self.nonterm_inputs:
                         output_spec.append(("input", self.nonterm_inputs[o]))
+                    elif isinstance(o, fx.Node) and isinstance(self.folded.get(o), torch.SymInt):
+                        output_spec.append(("sym", SymValue(_symint_value(self.folded[o]))))
+                    elif isinstance(o, fx.Node) and o in self.folded:
+                        output_spec.append(("const", self.folded[o]))
                     elif isinstance(o, fx.Node):
                         raise ExportError(f"output {o.name} cannot be expressed")
                     else:
@@ -561,7 +630,99 @@ class _Exporter:
             folded=self.folded,
             ops=self.ops,
             gapped_outputs=gapped_outputs,
+
+            binder=binder,
+            scalar_inputs=set(self.scalar_inputs),
+            input_strides=[[v if isinstance(v, int) else SymValue(v)
+                            for v in map(_symint_value, _val(placeholders[i]).stride())]
+                           for i in input_indices],
         )
+
+    def bind_symbols(self, placeholders: list[fx.Node]) -> SymBinder | None:
+        """Where each symbol of the graph comes from at run time (sym_bind.py); checks that
+        the ShapeEnv knows every symbol to be >= 2. Runs before the nodes are printed, so that
+        carrier inputs are numbered with the other inputs."""
+        used: dict = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                continue
+            v = node.meta.get("val", node.meta.get("example_value"))
+            for x in v if isinstance(v, (list, tuple)) else [v]:
+                if isinstance(x, torch.Tensor):
+                    meta_text(x, used)
+                elif isinstance(x, torch.SymInt):
+                    _symint_value(x, used)
+                elif isinstance(x, torch.SymFloat):
+                    for sym in x.node.expr.free_symbols:
+                        used.setdefault(sym, x.node)
+        if not used:
+            return None
+        sources: dict[str, tuple] = {}
+        bare: set[str] = set()  # symbols the C++ runtime binds from a tensor input's dim
+        for pos, node in enumerate(placeholders):
+            v = node.meta.get("val", node.meta.get("example_value"))
+            if isinstance(v, torch.Tensor):
+                for kind, dims in (("size", v.size()), ("stride", v.stride())):
+                    for d, x in enumerate(dims):
+                        if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol:
+                            name = x.node.expr.name
+                            bare.add(name)
+                            sources.setdefault(name, (kind, pos, d))
+            elif isinstance(v, torch.SymInt) and v.node.expr.is_Symbol:
+                sources.setdefault(v.node.expr.name, ("int", pos))
+        hints: dict[str, int] = {}
+        carriers: list[str] = []
+        for sym, symnode in sorted(used.items(), key=lambda kv: kv[0].name):
+            name = sym.name
+            lo = symbol_lower_bound(sym, symnode)
+            if lo is None or lo < 2:
+                raise ExportError(f"size symbol {name} may be {lo if lo is not None else '< 2'} "
+                                  "(coil assumes symbolic sizes >= 2)")
+            if name not in sources:
+                raise ExportError(f"size symbol {name} is not an input size or SymInt input")
+            if name not in bare:
+                carriers.append(name)
+            shape_env = symnode.shape_env
+            vals = getattr(shape_env, "backed_var_to_val", None)
+            hint = (vals if vals is not None else shape_env.var_to_val).get(sym)
+            if hint is not None:
+                hints[name] = int(hint)
+        # Only the sources of the symbols used are looked up per call.
+        sources = {k: v for k, v in sources.items() if k in {s.name for s in used}}
+        # SymFloat arguments of ops (BatchNorm's n / (n - 1)): f64[] inputs computed per call.
+        scalars: list[fx.Node] = []
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                flat: list = []
+                fx.node.map_arg((node.args, node.kwargs), flat.append)
+                for a in flat:
+                    if isinstance(_val_or_none(a), torch.SymFloat) and a not in scalars:
+                        scalars.append(a)
+        scalar_fns = [self.scalar_fn(n, placeholders) for n in scalars]
+        for n in scalars:
+            self.scalar_inputs[n] = None
+        return SymBinder(sources=sources, carriers=carriers, hints=hints,
+                         scalars=scalar_fns)
+
+    def scalar_fn(self, node: fx.Node, placeholders: list[fx.Node]):
+        """A function env -> value of the scalar FX node `node` (Python arithmetic on sizes),
+        re-evaluated per call from the symbol values."""
+        v = _val_or_none(node)
+        if isinstance(v, torch.SymInt):
+            val = _symint_value(v)
+            if isinstance(val, int):
+                return lambda env, c=val: c
+            return SymValue(val)
+        if isinstance(v, (int, float, bool)):
+            return lambda env, c=v: c
+        if node.op != "call_function" or isinstance(node.target, torch._ops.OpOverload):
+            raise ExportError(f"symbolic float {node.name} from {node.op} {node.target}")
+        if node.kwargs:
+            raise ExportError(f"symbolic float {node.name}: keyword arguments")
+        fns = [self.scalar_fn(a, placeholders) if isinstance(a, fx.Node)
+               else (lambda env, c=a: c) for a in node.args]
+        target = node.target
+        return lambda env: target(*[f(env) for f in fns])
 
 
 def _fetch_attr(gm: fx.GraphModule, target: str):
@@ -580,19 +741,31 @@ def export_graph(gm: fx.GraphModule) -> ExportedGraph:
 # Per-op fallback: running one exported node eagerly
 
 
-def _substitute(a, tensors, pos: list[int], folded):
+def _concrete(v: torch.SymInt, env: dict[str, int] | None) -> int:
+    if env is None:
+        raise RuntimeError("coil fallback: a symbolic argument without the call's sizes")
+    return SymValue(_symint_value(v))(env)
+
+
+def _substitute(a, tensors, pos: list[int], folded, env=None, scalars=frozenset()):
     """Rebuilds an FX argument with runtime tensors, consuming `tensors` in the order coil
     passes them (positional args, then kwargs, lists depth-first)."""
     if isinstance(a, fx.Node):
+        if a in scalars:
+            pos[0] += 1
+            return float(tensors[pos[0] - 1].item())
         if a in folded:
-            return folded[a]
+            v = folded[a]
+            return _concrete(v, env) if isinstance(v, torch.SymInt) else v
         if pos[0] >= len(tensors):
             raise RuntimeError(f"coil fallback: too few tensor inputs ({len(tensors)})")
         t = tensors[pos[0]]
         pos[0] += 1
         return t
     if isinstance(a, (list, tuple)):
-        return type(a)(_substitute(x, tensors, pos, folded) for x in a)
+        return type(a)(_substitute(x, tensors, pos, folded, env, scalars) for x in a)
+    if isinstance(a, torch.SymInt):
+        return _concrete(a, env)
     return a
 
 
@@ -600,8 +773,11 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     """Runs exported node `node_index` with its tensor inputs; returns its tensor outputs."""
     node = exported.nodes[node_index]
     pos = [0]
-    args = tuple(_substitute(a, tensors, pos, exported.folded) for a in node.args)
-    kwargs = {k: _substitute(v, tensors, pos, exported.folded) for k, v in node.kwargs.items()}
+    env = getattr(exported.call_env, "env", None)
+    folded = exported.folded
+    sc = exported.scalar_inputs
+    args = tuple(_substitute(a, tensors, pos, folded, env, sc) for a in node.args)
+    kwargs = {k: _substitute(v, tensors, pos, folded, env, sc) for k, v in node.kwargs.items()}
     if pos[0] != len(tensors):
         raise RuntimeError(
             f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "

@@ -93,9 +93,15 @@ static IterSpace make_iter_space(LoweringContext& lc, const std::vector<sym::Exp
       continue;
     }
     sym::Expr v = lc.fresh_vars(1, prefix)[0];
-    sym::Range nb = c.bounds(n);
-    int64_t hi = nb.hi >= sym::kMaxSize ? sym::kMaxSize : nb.hi - 1;
-    c.set_range(v, sym::Range{0, std::max<int64_t>(hi, 0)});
+    if (!cn) {
+      // A symbolic extent: the simplifier then proves v < n, e.g. (8*v + x2)//(8*n) -> 0 and
+      // v % n -> v, which numeric ranges cannot (docs/dynamic-shapes.md).
+      c.set_upper_bound(v, n);
+    } else {
+      sym::Range nb = c.bounds(n);
+      int64_t hi = nb.hi >= sym::kMaxSize ? sym::kMaxSize : nb.hi - 1;
+      c.set_range(v, sym::Range{0, std::max<int64_t>(hi, 0)});
+    }
     it.index.push_back(v);
     it.ranges.push_back(n);
     it.vars.push_back(v);

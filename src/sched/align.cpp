@@ -15,7 +15,8 @@ using loop::ComputeNode;
 using sym::Expr;
 
 // Splits n's outer dims so that its ranges start with `outer` (a reduction's ranges must then
-// equal `outer`). Only constant sizes are split. Returns nullopt when that is impossible or
+// equal `outer`). A dim is split when it is provably a multiple of the outer size: 2048 into
+// 8 x 256, or s0*s1 into s0 x s1 (dynamic shapes). Returns nullopt when that is impossible or
 // nothing changes.
 std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr>& outer,
                                     sym::Context& ctx, int step) {
@@ -27,7 +28,11 @@ std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr
   auto new_var = [&](Expr size) {
     Expr v = ctx.symbol("j" + std::to_string(step) + "_" + std::to_string(fresh++));
     auto c = ctx.as_const(size);
-    ctx.set_range(v, sym::Range{0, c ? *c - 1 : sym::kMaxSize});
+    if (c) {
+      ctx.set_range(v, sym::Range{0, *c - 1});
+    } else {
+      ctx.set_upper_bound(v, size);
+    }
     return v;
   };
   std::vector<std::pair<Expr, Expr>> parts;  // (var, size) of the dim being split
@@ -37,10 +42,10 @@ std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr
     old_value[n.index_vars[dim]] = value;
     parts.clear();
   };
-  std::optional<int64_t> rem;
+  Expr rem = nullptr;  // what is left of a dim being split
   for (Expr o : outer) {
     if (i >= n.ranges.size()) return std::nullopt;
-    Expr cur = rem ? ctx.constant(*rem) : n.ranges[i];
+    Expr cur = rem ? rem : n.ranges[i];
     if (cur == o || ctx.provably_eq(cur, o)) {
       Expr v = parts.empty() ? n.index_vars[i] : new_var(o);
       if (!parts.empty() || rem) {
@@ -52,21 +57,24 @@ std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr
       ranges.push_back(o);
       vars.push_back(v);
       ++i;
-      rem.reset();
+      rem = nullptr;
       continue;
     }
-    auto cc = ctx.as_const(cur);
-    auto co = ctx.as_const(o);
-    if (!cc || !co || *co <= 1 || *cc % *co != 0 || *co >= *cc) return std::nullopt;
+    // o must divide cur exactly, with a quotient > 1 and o > 1 (both provably).
+    if (ctx.bounds(o).lo <= 1) return std::nullopt;
+    Expr q = ctx.floordiv(cur, o);
+    if (q->kind == sym::ExprKind::FloorDiv || ctx.bounds(q).lo <= 1) return std::nullopt;
+    Expr back = ctx.mul(q, o);
+    if (back != cur && !ctx.provably_eq(back, cur)) return std::nullopt;
     Expr v = new_var(o);
     parts.push_back({v, o});
     ranges.push_back(o);
     vars.push_back(v);
-    rem = *cc / *co;
+    rem = q;
     changed = true;
   }
   if (rem) {  // the rest of a split dim becomes the first inner dim
-    Expr size = ctx.constant(*rem);
+    Expr size = rem;
     Expr v = new_var(size);
     parts.push_back({v, size});
     finish_dim(i);

@@ -710,6 +710,37 @@ bool divides(Expr b, Expr m) {
 
 }  // namespace
 
+// The symbolic form of split_small_remainder: (8*s1*x0 + 8*x1 + x2) // (32*s1) is x0 // 4 when
+// 0 <= 8*x1 + x2 < 8*s1, which the loop bound x1 < s1 proves (a head index of a reshaped
+// [b*4, t, 8] attention tensor). Candidates g are the divisors of c shared with some term.
+bool Context::Impl::split_symbolic_remainder(const std::vector<Term>& terms, int64_t c,
+                                             const std::vector<Expr>& factors, int64_t* g,
+                                             Expr* quotient, Expr* rest) {
+  if (factors.empty() || terms.size() < 2) return false;
+  std::vector<int64_t> candidates;
+  for (const Term& t : terms) {
+    int64_t d = std::gcd(c, t.coef < 0 ? -t.coef : t.coef);
+    if (d >= 1 && std::find(candidates.begin(), candidates.end(), d) == candidates.end())
+      candidates.push_back(d);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  Context& ctx = *self;
+  for (int64_t d : candidates) {
+    std::vector<Term> q, r;
+    if (!split_divisible(build_sum(std::vector<Term>(terms)), d, factors, q, r) || r.empty())
+      continue;
+    Expr rs = build_sum(std::move(r));
+    Expr G = make_term(d, factors);
+    if (bounds(rs).lo >= 0 && ctx.provably_lt(rs, G)) {
+      *g = d;
+      *quotient = build_sum(std::move(q));
+      *rest = rs;
+      return true;
+    }
+  }
+  return false;
+}
+
 Expr Context::floordiv(Expr a, Expr b) {
   if (b->is_const()) {
     int64_t c = b->value;
@@ -737,6 +768,12 @@ Expr Context::floordiv(Expr a, Expr b) {
     std::vector<Term> quotient, rest;
     if (impl_->split_small_remainder(r, cb, &g, &quotient, &rest))
       return floordiv(impl_->build_sum(std::move(quotient)), constant(cb / g));
+  }
+  if (cb > 0 && !bf.empty() && impl_->bounds(b).lo > 0) {
+    int64_t g = 0;
+    Expr quotient = nullptr, rest = nullptr;
+    if (impl_->split_symbolic_remainder(r, cb, bf, &g, &quotient, &rest))
+      return floordiv(quotient, constant(cb / g));
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {
@@ -781,6 +818,12 @@ Expr Context::mod(Expr a, Expr b) {
       Expr q = mod(impl_->build_sum(std::move(quotient)), constant(cb / g));
       return add(mul(constant(g), q), impl_->build_sum(std::move(rest)));
     }
+  }
+  if (cb > 0 && !bf.empty() && impl_->bounds(b).lo > 0) {
+    int64_t g = 0;
+    Expr quotient = nullptr, rest = nullptr;
+    if (impl_->split_symbolic_remainder(r, cb, bf, &g, &quotient, &rest))
+      return add(mul(impl_->make_term(g, bf), mod(quotient, constant(cb / g))), rest);
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {

@@ -92,6 +92,13 @@ struct Context::Impl {
                              std::vector<Term>* quotient, std::vector<Term>* rest);
   bool split_divisible(Expr a, int64_t coef_b, const std::vector<Expr>& factors_b,
                        std::vector<Term>& q, std::vector<Term>& r);
+  // For a divisor c*product(factors) with symbolic factors: g dividing c with terms =
+  // G*quotient + rest, G = g*product(factors), 0 <= rest < G provably (with the symbolic upper
+  // bounds of index symbols). Sets *g, *quotient, *rest (the symbolic form of
+  // split_small_remainder).
+  bool split_symbolic_remainder(const std::vector<Term>& terms, int64_t c,
+                                const std::vector<Expr>& factors, int64_t* g, Expr* quotient,
+                                Expr* rest);
 };
 
 // Factors of a monomial (Mul without its coefficient, or the expression itself); empty for Const.

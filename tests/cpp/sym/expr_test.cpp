@@ -345,5 +345,19 @@ TEST(SymFloorDiv, SmallRemainderUnderACommonFactor) {
   EXPECT_NE(c.floordiv(flat2, c.constant(127 * 4096)), c.floordiv(x, c.constant(127)));
 }
 
+TEST_F(SymTest, SymbolicCommonFactorRemainder) {
+  // i2 < 8, i1 < s1: 0 <= 8*i1 + i2 < 8*s1, so it never moves the floor of 8*s1*i0 / (32*s1).
+  Expr j0 = c.symbol("j0"), j1 = c.symbol("j1"), j2 = c.symbol("j2", {0, 7});
+  c.set_upper_bound(j0, c.mul(k(4), s0));
+  c.set_upper_bound(j1, s1);
+  Expr flat = P("8*j0*s1 + 8*j1 + j2");
+  EXPECT_EQ(c.floordiv(flat, P("32*s1")), P("j0//4"));
+  EXPECT_EQ(c.mod(flat, P("32*s1")), P("8*s1*(j0 % 4) + 8*j1 + j2"));
+  // Without the bound on the remainder (j2 unbounded above 8) nothing is rewritten.
+  Expr j3 = c.symbol("j3", {0, 8});
+  Expr loose = c.add(c.add(c.mul(c.mul(k(8), j0), s1), c.mul(k(8), j1)), j3);
+  EXPECT_EQ(c.floordiv(loose, P("32*s1"))->kind, ExprKind::FloorDiv);
+}
+
 }  // namespace
 }  // namespace coil::sym

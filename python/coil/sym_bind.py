@@ -1,0 +1,112 @@
+"""Dynamo's size symbols at the Python boundary (docs/dynamic-shapes.md).
+
+A graph compiled with symbolic sizes names symbols (s0, s1, ...) in its metas and arguments.
+The C++ runtime binds a symbol from the first graph input whose size or stride *is* that symbol
+(`Program::run`). Everything else is done here, once per call, from the FX runtime args:
+
+  * `SymBinder.env(args)`: every symbol's value, read from the placeholder that defines it (a
+    tensor dim that is exactly the symbol, or a SymInt placeholder that is exactly it);
+  * carriers: a symbol that no tensor input carries as a plain dim (typically a backward graph
+    that receives `s0` as a SymInt and only `s0*s1`-sized tensors) is passed to coil as an
+    extra input `u8[s0]{0}` (a zero-stride view of one byte, nothing is allocated), so that the
+    runtime binds it like any other size;
+  * SymInt values the graph returns or an eagerly-run node needs are evaluated from the env;
+  * a SymFloat an op takes as a scalar (BatchNorm's unbiased-variance factor n / (n - 1)) is
+    re-evaluated per call from the FX nodes that compute it and passed as an f64[] input.
+
+The checks: every symbol must be known to be >= 2 by Dynamo's ShapeEnv (Dynamo specializes
+sizes 0 and 1 and guards that the others are >= 2; coil's parser gives input symbols the range
+[2, inf) and simplifies with it), else the export fails with a reason and the graph runs
+eagerly. At run time the C++ runtime checks each bound symbol against that range and every
+compound size against its expression (InputMismatchError with the input and dim).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["SymBinder", "SymValue", "symbol_lower_bound"]
+
+_EVAL_GLOBALS = {"__builtins__": {}, "min": min, "max": max}
+
+
+class SymValue:
+    """A symbolic integer compiled for evaluation: coil's sym syntax (`s0*4`, `a//b`, `a % b`,
+    `min(a, b)`) is also Python syntax with the same meaning on the non-negative values sizes
+    take, so the text compiles to Python bytecode once."""
+
+    __slots__ = ("text", "code")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.code = compile(text, "<coil sym>", "eval")
+
+    def __call__(self, env: dict[str, int]) -> int:
+        return int(eval(self.code, _EVAL_GLOBALS, env))
+
+    def __repr__(self) -> str:
+        return f"SymValue({self.text!r})"
+
+
+def symbol_lower_bound(sym, node) -> int | None:
+    """The lower bound the ShapeEnv knows for `sym` (None without a ShapeEnv)."""
+    env = getattr(node, "shape_env", None)
+    if env is None:
+        return None
+    r = env.var_to_range.get(sym)
+    if r is None:
+        return None
+    try:
+        return int(r.lower)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+@dataclasses.dataclass
+class SymBinder:
+    # symbol name -> ("size", pos, dim) | ("stride", pos, dim) | ("int", pos): where its value
+    # is in the FX runtime args.
+    sources: dict[str, tuple]
+    # Symbols passed to coil as carrier inputs (after the tensor inputs and constants), in order.
+    carriers: list[str]
+    # symbol name -> the ShapeEnv's example value (hint), for reports and the debug dump.
+    hints: dict[str, int]
+    # SymFloat values ops take as scalars (env -> float), passed as f64[] inputs after the
+    # carriers.
+    scalars: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        self._byte = torch.zeros(1, dtype=torch.uint8)
+
+    def env(self, args: Sequence[Any]) -> dict[str, int]:
+        out = {}
+        for name, src in self.sources.items():
+            a = args[src[1]]
+            if src[0] == "size":
+                out[name] = int(a.shape[src[2]])
+            elif src[0] == "stride":
+                out[name] = int(a.stride(src[2]))
+            else:
+                out[name] = int(a)
+        return out
+
+    def carrier_tensors(self, env: dict[str, int]) -> list[torch.Tensor]:
+        out = [self._byte.expand(env[name]) for name in self.carriers]
+        for f in self.scalars:
+            out.append(torch.tensor(float(f(env)), dtype=torch.float64))
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        for name, src in sorted(self.sources.items(), key=lambda kv: _sym_key(kv[0])):
+            where = f"arg{src[1]}" + (f".{src[0]}[{src[2]}]" if src[0] != "int" else "")
+            parts.append(f"{name} = {where} (hint {self.hints.get(name)})")
+        return "; ".join(parts) + (f"; carriers {self.carriers}" if self.carriers else "")
+
+
+def _sym_key(name: str):
+    digits = name.lstrip("abcdefghijklmnopqrstuvwxyz_")
+    return (name[: len(name) - len(digits)], int(digits) if digits.isdigit() else 0)

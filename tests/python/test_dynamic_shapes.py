@@ -1,0 +1,254 @@
+"""Dynamic shapes end to end (docs/dynamic-shapes.md): the models of bench/models.py compiled
+once with symbolic batch size and sequence length, run over many sizes, forward and backward.
+
+Every run is compared with eager (bench/accuracy.py's rule): outputs, loss, every parameter
+gradient, BatchNorm buffers. The number of Dynamo graphs is counted with a backend that
+counts its calls; coil.report() counts coil's compiled (AOT forward/backward) graphs.
+
+How many graphs each test compiles, and why: with dynamic=True, Dynamo compiles one graph
+whose sizes are symbols s0, s1, ... guarded >= 2; a call where a dynamic dim is 1 fails that
+guard and Dynamo compiles one more graph in which that dim is the constant 1 (Dynamo
+specializes 0 and 1), the other dims staying symbolic. So a test over sizes with b == 1 in some
+calls and t == 1 in others compiles 1 + (number of distinct "which dims are 1" patterns) Dynamo
+graphs, each one forward and one backward coil graph when training, and never another one:
+`_expected_coil_graphs` is that count after each call, asserted exactly. (Dynamo itself may
+call the backend twice for its very first graph: it restarts the analysis once after tracing;
+the first result is discarded before AOTAutograd compiles anything.)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import torch
+
+C = pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+import coil  # noqa: E402
+import models as zoo  # noqa: E402  (bench/models.py, on sys.path via conftest)
+from accuracy import compare  # noqa: E402
+
+# 20 (batch, seq) pairs: 1, 2, odd, prime, and sizes that are not multiples of the vector
+# width (8 floats for AVX2) or of anything else, in an order that starts at a size >= 2.
+SIZES_20 = [(2, 8), (3, 5), (1, 7), (4, 13), (5, 2), (7, 11), (2, 1), (6, 9), (11, 3), (1, 1),
+            (3, 16), (13, 6), (8, 15), (9, 4), (2, 17), (17, 2), (1, 12), (10, 10), (5, 23),
+            (12, 7)]
+# gpt2's position table has 16 entries, and its loss needs t >= 2 (it predicts token i + 1).
+SIZES_GPT2 = [(b, min(max(t, 2), 16)) for b, t in SIZES_20]
+
+
+class CountingCoil:
+    """torch.compile backend: coil in strict mode, counting the graphs Dynamo hands over."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return coil.coil_backend(gm, example_inputs, options={"strict": True})
+
+
+def _size1_pattern(name: str, b: int, t: int) -> tuple[bool, bool]:
+    """Which dynamic dims make some size of the traced graph 1 (Dynamo specializes those).
+    gpt2 slices logits[:, :-1], so t == 2 is its size-1 case (Dynamo guards t >= 3 in the
+    dynamic graph); resnet's second coordinate is the fixed image side."""
+    if name == "gpt2":
+        return (b == 1, t == 2)
+    if name == "resnet18_train":
+        return (b == 1, False)
+    return (b == 1, t == 1)
+
+
+def _expected_coil_graphs(name: str, sizes) -> list[int]:
+    """Per call, how many coil graphs exist after it: one forward and one backward for the
+    dynamic graph, two more for each new pattern of size-1 dims (Dynamo's specialization)."""
+    out, seen = [], set()
+    for b, t in sizes:
+        pattern = _size1_pattern(name, b, t)
+        if any(pattern):
+            seen.add(pattern)
+        out.append(2 * (1 + len(seen)))
+    return out
+
+
+def _inputs(name: str, b: int, t: int, gen: torch.Generator):
+    if name in ("transformer_block", "attention_block"):
+        dim = 16
+        return (torch.randn(b, t, dim, generator=gen),)
+    if name == "gpt2":
+        return (torch.randint(0, 64, (b, t), generator=gen),)
+    if name == "resnet18_train":
+        return (torch.randn(b, 3, 16, 16, generator=gen), torch.randint(0, 10, (b,), generator=gen))
+    raise KeyError(name)
+
+
+def _step(fn, model, inputs, trains):
+    for p in model.parameters():
+        p.grad = None
+    out = fn(*inputs)
+    loss = out if trains else (out.float() ** 2).sum()
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return out.detach(), grads
+
+
+def _run_sizes(name: str, sizes, dynamic=True):
+    builder, trains = zoo.MODELS[name]
+    model, _ = builder("test")
+    reference = copy.deepcopy(model)
+    torch._dynamo.reset()
+    coil.reset_report()
+    backend = CountingCoil()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    gen = torch.Generator().manual_seed(0)
+    coil_graphs, dynamo_graphs = [], []
+    for b, t in sizes:
+        inputs = _inputs(name, b, t, gen)
+        out, grads = _step(compiled, model, inputs, trains)
+        ref_out, ref_grads = _step(reference, reference, inputs, trains)
+        v = compare(out, ref_out)
+        assert v, f"{name} b={b} t={t} output: {v.detail}"
+        for k in ref_grads:
+            assert grads[k] is not None, f"{name} b={b} t={t}: no gradient for {k}"
+            v = compare(grads[k], ref_grads[k])
+            assert v, f"{name} b={b} t={t} grad {k}: {v.detail}"
+        for (k, buf), ref_buf in zip(model.named_buffers(), reference.buffers()):
+            v = compare(buf, ref_buf)
+            assert v, f"{name} b={b} t={t} buffer {k}: {v.detail}"
+        coil_graphs.append(coil.report().graphs_compiled)
+        dynamo_graphs.append(backend.graphs)
+    r = coil.report()
+    assert r.graphs_fallen_back == [], r
+    return coil_graphs, dynamo_graphs
+
+
+def _check_counts(name, sizes):
+    coil_graphs, dynamo_graphs = _run_sizes(name, sizes)
+    # Every model here trains (a backward per call): a Dynamo graph is one coil forward and
+    # one backward graph. Dynamo may call the backend twice for its first graph (it restarts
+    # the analysis once after discovering the size-1 specialization); the later calls must
+    # not compile anything unless a new size-1 pattern appears.
+    assert coil_graphs == _expected_coil_graphs(name, sizes), (name, coil_graphs)
+    for i in range(1, len(sizes)):
+        if coil_graphs[i] == coil_graphs[i - 1]:
+            assert dynamo_graphs[i] == dynamo_graphs[i - 1], (name, sizes[i], dynamo_graphs)
+
+
+def test_transformer_block_20_sizes():
+    """The point of the issue: one dynamic compile serves all 20 sizes (plus Dynamo's
+    size-1 specializations), forward and backward equal to eager at every size."""
+    _check_counts("transformer_block", SIZES_20)
+
+
+def test_gpt2_dynamic_few_sizes():
+    _check_counts("gpt2", [(2, 8), (3, 5), (5, 13), (4, 2), (7, 11), (3, 2)])
+
+
+def test_resnet18_train_dynamic_batch():
+    # Batch dynamic (spatial sizes too, under dynamic=True, at a fixed 16x16); BatchNorm's
+    # unbiased-variance factor n / (n - 1) is a SymFloat passed per call.
+    sizes = [(2, 0), (3, 0), (5, 0), (7, 0)]
+    _check_counts("resnet18_train", sizes)
+
+
+def test_automatic_dynamic_recompiles_once():
+    """Default mode (dynamic=None): the first call compiles a static graph, the first size
+    change one dynamic graph, and nothing after that."""
+    sizes = [(2, 8), (3, 5), (4, 7), (5, 13), (6, 3)]
+    coil_graphs, dynamo_graphs = _run_sizes("attention_block", sizes, dynamic=None)
+    assert coil_graphs == [2, 4, 4, 4, 4], coil_graphs
+    assert dynamo_graphs[1:] == [dynamo_graphs[1]] * 4, dynamo_graphs
+
+
+def test_symbolic_graph_text_and_binding():
+    """The exported text names the symbols; a carrier input binds a symbol that only a SymInt
+    input carries; a compound size that disagrees at run time is a clear error."""
+    from coil.fx_export import export_graph
+
+    seen = {}
+
+    def capture(gm, example_inputs):
+        from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+        def fw(g, ex):
+            seen["fw"] = export_graph(g)
+            return make_boxed_func(g)
+
+        def bw(g, ex):
+            seen["bw"] = export_graph(g)
+            return make_boxed_func(g)
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                     decompositions=coil.coil_decompositions())
+
+    torch._dynamo.reset()
+    x = torch.randn(3, 5, requires_grad=True)
+    f = torch.compile(lambda x: (x.view(x.size(0) * x.size(1), 1) * 2).sum(), backend=capture,
+                      dynamic=True)
+    f(x).backward()
+    fw = seen["fw"]
+    assert fw.binder is not None and set(fw.binder.sources) == set(fw.binder.hints)
+    assert sorted(fw.binder.hints.values()) == [3, 5]
+    assert "sym(" in fw.text, fw.text
+    # Backward: the tangent is a scalar; the symbols reach it as SymInt inputs only, so
+    # they travel as u8[s]{0} carriers.
+    bw = seen["bw"]
+    assert bw.binder is not None and bw.binder.carriers, bw.text
+    for name in bw.binder.carriers:
+        assert f"u8[{name}]{{0}}" in bw.text
+
+    # A wrong compound size: u8 carrier says s0=3 but the tensor is sized for s0=4.
+    from coil.options import build_options
+
+    opts = build_options({"strict": True}).compile_options(None)
+    g = C.compile("graph(%0: f32[s0*2], %1: u8[s0]{0}):\n"
+                  "  %2: f32[s0*2] = aten.mul.Tensor(%0, 2.0)\n  return (%2)\n", opts, None)
+    good = g.run([torch.ones(6), torch.zeros(1, dtype=torch.uint8).expand(3)])[0]
+    assert torch.equal(good, torch.full((6,), 2.0))
+    with pytest.raises(Exception, match=r"compiled for 2\*s0 = 6"):
+        g.run([torch.ones(8), torch.zeros(1, dtype=torch.uint8).expand(3)])
+    with pytest.raises(Exception, match="outside the compiled range"):
+        g.run([torch.ones(2), torch.zeros(1, dtype=torch.uint8).expand(1)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["attention_block", "gpt2", "resnet18_train"])
+def test_model_20_sizes(name):
+    if name == "gpt2":
+        _check_counts(name, SIZES_GPT2)
+    elif name == "resnet18_train":
+        _check_counts(name, [(b, 0) for b, _ in SIZES_20])
+    else:
+        _check_counts(name, SIZES_20)
+
+
+def test_memory_plan_reuses_only_provably_equal_sizes():
+    """A storage freed by an [s0, 16] buffer is reused by a later [s0, 16] buffer, never by an
+    [s1, 16] one (equal at some sizes, not provably); results equal eager at sizes where
+    s0 < s1, s0 > s1 and s0 == s1."""
+    import re
+
+    from coil.options import build_options
+
+    text = ("graph(%0: f32[s0, 16], %1: f32[16, 16], %2: f32[s1, 16]):\n"
+            "  %3: f32[s0, 16] = aten.mm.default(%0, %1)\n"
+            "  %4: f32[s0, 16] = aten.mm.default(%3, %1)\n"
+            "  %5: f32[s0, 16] = aten.mm.default(%4, %1)\n"
+            "  %6: f32[s0, 16] = aten.mm.default(%5, %1)\n"
+            "  %7: f32[s1, 16] = aten.mm.default(%2, %1)\n"
+            "  %8: f32[s1, 16] = aten.mm.default(%7, %1)\n"
+            "  return (%6, %8)\n")
+    g = C.compile(text, build_options({"strict": True}).compile_options(None), None)
+    sched = g.artifacts["schedule"]
+    storage_of = dict(re.findall(r"-> (buf\d+) -> (storage\d+)", sched))
+    bytes_of = dict(re.findall(r"alloc (storage\d+): (.*) bytes", sched))
+    assert storage_of["buf5"] == storage_of["buf3"], sched  # [s0, 16] reuses [s0, 16]
+    for b in ("buf7", "buf8"):
+        assert bytes_of[storage_of[b]] == "64*s1", sched  # never an s0 storage
+    w = torch.randn(16, 16) / 4
+    for n0, n1 in [(3, 5), (7, 2), (4, 4)]:
+        x, y = torch.randn(n0, 16), torch.randn(n1, 16)
+        out0, out1 = g.run([x, w, y])
+        v = compare([out0, out1], [x @ w @ w @ w @ w, y @ w @ w])
+        assert v, v.detail
