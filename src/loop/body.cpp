@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "coil/support/error.h"
+#include "scalar_semantics.h"
 
 namespace coil::loop {
 
@@ -117,7 +118,11 @@ InstrId BodyBuilder::constant(double v, DType dtype) {
     Instr in;
     in.kind = InstrKind::Constant;
     in.dtype = dtype;
-    in.fvalue = v;
+    // A half-precision constant holds a half-precision value: full(0.1, dtype=bf16) is
+    // 0.10009765625 wherever it is read (fuzz seed 492). (f32 literals are printed as
+    // float literals already.)
+    bool half = dtype == DType::BFloat16 || dtype == DType::Float16;
+    in.fvalue = half ? detail::round_to(dtype, v) : v;
     return append(std::move(in));
   }
   if (dtype == DType::Bool) return int_constant(v != 0 ? 1 : 0, dtype);
@@ -151,7 +156,8 @@ InstrId BodyBuilder::cast(InstrId v, DType dtype) {
     // Fold: a constant converts like a scalar would.
     if (dtype_is_floating(src.dtype)) {
       if (dtype == DType::Bool) return int_constant(src.fvalue != 0, dtype);
-      if (dtype_is_floating(dtype)) return constant(src.fvalue, dtype);
+      // Narrowing rounds (a bf16 cast of 0.1 is 0.10009765625; fuzz seed 492).
+      if (dtype_is_floating(dtype)) return constant(detail::round_to(dtype, src.fvalue), dtype);
       if (std::isfinite(src.fvalue)) return int_constant(static_cast<int64_t>(src.fvalue), dtype);
     } else {
       if (dtype_is_floating(dtype)) return constant(static_cast<double>(src.ivalue), dtype);

@@ -229,10 +229,20 @@ void compare(LoweringRegistry& r, const std::string& name, InstrKind k) {
   for (const char* ov : {".Tensor", ".Scalar"}) {
     r.add("aten." + name + ov, [k](LoweringContext& lc, const Node& n) {
       Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
-      DType ct = dtype_compute(result_type({&a, &b}));
+      DType common = result_type({&a, &b});
+      DType ct = dtype_compute(common);
+      // PyTorch compares in the common dtype: with a bf16/f16 tensor, a scalar (or 0-d f32
+      // tensor) is rounded to bf16/f16 first, so x >= 0.0708 holds where x == bf16(0.0708)
+      // (fuzz seed 492). Computing in f32 must round such operands the same way.
+      bool round_a = common != ct && a.dtype() != common;
+      bool round_b = common != ct && b.dtype() != common;
       return std::vector<TensorValue>{make_pointwise(
-          lc, {a, b}, ct, DType::Bool, [k](BodyBuilder& bb, const std::vector<InstrId>& v) {
-            return bb.op(k, DType::Bool, v[0], v[1]);
+          lc, {a, b}, ct, DType::Bool,
+          [k, common, ct, round_a, round_b](BodyBuilder& bb, const std::vector<InstrId>& v) {
+            auto in = [&](InstrId x, bool round) {
+              return round ? bb.cast(bb.cast(x, common), ct) : x;
+            };
+            return bb.op(k, DType::Bool, in(v[0], round_a), in(v[1], round_b));
           })};
     });
   }

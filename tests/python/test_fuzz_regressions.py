@@ -89,3 +89,12 @@ def test_view_of_strided_input_keeps_pytorch_strides(real_coil):
     y = torch.randn(4, 6, 5).permute(2, 0, 1)[:, ::2]  # [5, 2, 6] non-contiguous
     check(lambda y: (y.reshape(5, 12) * 2, y.reshape(5, 2, 3, 2).sum(2), y.view(5, 2, 6, 1)), y)
     check(lambda y: (y.reshape(10, 6).exp(), y.unsqueeze(0).reshape(1, 5, 2, 6)), y, grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_comparison_rounds_the_scalar(real_coil, dtype):
+    # Seed 492: x >= -0.0708 with x == f16(-0.0708): PyTorch compares in f16 (True), coil
+    # compared with the unrounded scalar in f32 (False).
+    x = torch.tensor([-0.0708, -1.34, 0.1, 0.3, 2.7], dtype=dtype)
+    check(lambda x: (torch.ge(x, -0.0708), x < 0.1, x == 0.3, x > 2.7, x <= torch.tensor(0.1)),
+          x)
