@@ -280,7 +280,8 @@ def _one_line(e: BaseException) -> str:
 def _root_cause(e: BaseException) -> BaseException:
     seen = set()
     while True:
-        nxt = e.__cause__ or e.__context__
+        # `raise X from None` hides the context: X itself is the cause to report.
+        nxt = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
         inner = getattr(e, "inner_exception", None)
         nxt = inner or nxt
         if nxt is None or id(nxt) in seen:
@@ -339,8 +340,10 @@ def _compiled_run(op, samples, all_tensors, seeds, grad: bool, strict: bool):
         # One backward over every sample's outputs: the samples share one compiled graph, so
         # one autograd.grad call per sample would run its backward several times.
         all_diff, all_go, all_in, counts = [], [], [], []
+        # Compared after output_process_fn_grad, as eager's outputs are (_run_eager).
+        outs = [s.process(o) for s, o in zip(samples, outs)]
         for i, (s, ts) in enumerate(zip(samples, fresh)):
-            diff = _diff_outputs(s.process(outs[i]))
+            diff = _diff_outputs(outs[i])
             gi = [ts[j] for j in _grad_inputs(ts)]
             if not diff or not gi:
                 counts.append(0)
