@@ -16,7 +16,9 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     cat, constant_pad_nd, embedding, index.Tensor, gather, index_select, index_put,
     scatter_add; mm / bmm / addmm (extern GEMM with a bias epilogue), convolution,
     convolution_backward (extern), max_pool2d_with_indices (+backward), avg_pool2d
-    (+backward), _adaptive_avg_pool2d; rand_like / bernoulli (dropout's randomness).
+    (+backward), _adaptive_avg_pool2d; rand_like / bernoulli (dropout's randomness);
+    prims.rev (flip), sgn, prims.sum / prims.prod (cumsum / cumprod decompose into them),
+    found missing by the OpInfo sweep (docs/opinfo.md).
 
   decomposed (this table): softmax / log_softmax and their backward, layer / batch / group
     norm (all training and inference variants) and their backward, silu / hardswish /
@@ -67,7 +69,7 @@ PRIMITIVE_OPS = frozenset("""
     select as_strided cat constant_pad_nd embedding index index_select index_put gather
     scatter_add mm bmm addmm convolution convolution_backward max_pool2d_with_indices
     max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward _adaptive_avg_pool2d
-    rand_like bernoulli
+    rand_like bernoulli rev sgn
 """.split())
 
 # OpOverloadPackets (all overloads) or single OpOverloads to decompose.

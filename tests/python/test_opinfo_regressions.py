@@ -152,3 +152,10 @@ def test_scatter_with_reduce_and_zero_dim_scatter_add():
            torch.tensor(0), torch.tensor(2.0))
     # An empty index of another rank (gather allows it).
     _check(lambda a, i: torch.gather(a, 0, i), torch.randn(5), torch.zeros(2, 0, dtype=torch.long))
+
+
+def test_empty_input_with_odd_strides():
+    # matmul's backward of [5, 5, 0] @ [0, 5] passed an empty [25, 0] tensor with strides
+    # [0, 1]; the runtime's input check compared the stride of the size-25 dim and refused the
+    # call (a run failure).
+    _check(lambda a, b: torch.matmul(a, b), torch.randn(5, 5, 0), torch.randn(0, 5), grad=True)
