@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
+#include "cuda_steps.h"
 #include "element.h"
 #include "size_expr.h"
 
@@ -127,6 +129,11 @@ struct Program::Impl {
 
   std::shared_ptr<void> keep_alive;
   FallbackFn fallback;
+  // CUDA programs: the kernels and device operations (null on the CPU).
+  Device device = Device::CPU;
+  std::optional<CudaKernels> pending_cuda;  // consumed by init()
+  std::unique_ptr<detail::CudaSteps> cuda;
+  int num_size_symbols = 0;
   // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
   mutable std::atomic<bool> profiling{false};
   mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;
@@ -139,6 +146,7 @@ struct Program::Impl {
                      const std::vector<RuntimeTensor>& in) const {
     RuntimeTensor t;
     t.dtype = v.dtype;
+    t.device = device;
     size_t rank = v.sizes.size();
     t.sizes.resize(rank);
     t.strides.resize(rank);
@@ -158,7 +166,7 @@ struct Program::Impl {
 
   void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                   std::vector<std::shared_ptr<void>>& storages,
-                  const std::vector<RuntimeTensor>& in) const;
+                  const std::vector<RuntimeTensor>& in, const RunContext& rc) const;
 };
 
 Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
@@ -166,13 +174,36 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
                  const CompileOptions& options, FallbackFn fallback)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
-  sym::Context& ctx = *program.ctx;
   COIL_CHECK(kernel_fns.size() == schedule.kernels.size()) << "one function per kernel";
   m.kernels = std::move(kernel_fns);
-  for (const auto& k : schedule.kernels) m.kernel_names.push_back(k.name);
   m.keep_alive = std::move(keep_alive);
   m.fallback = std::move(fallback);
+  init(program, schedule, options);
+}
+
+Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                 CudaKernels cuda, const CompileOptions& options, FallbackFn fallback)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  COIL_CHECK(cuda.kernels.size() == schedule.kernels.size() &&
+             cuda.functions.size() == schedule.kernels.size())
+      << "one CUDA kernel per kernel";
+  m.device = Device::CUDA;
+  m.keep_alive = cuda.module;
+  m.pending_cuda = std::move(cuda);
+  m.fallback = std::move(fallback);
+  init(program, schedule, options);
+}
+
+Device Program::device() const { return impl_->device; }
+
+void Program::init(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                   const CompileOptions& options) {
+  Impl& m = *impl_;
+  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
+  sym::Context& ctx = *program.ctx;
+  for (const auto& k : schedule.kernels) m.kernel_names.push_back(k.name);
+  m.num_size_symbols = static_cast<int>(program.size_symbols.size());
   m.num_buffers = static_cast<int>(program.buffers.size());
   m.rng_state = program.rng_state;
   if (options.seed >= 0) {
@@ -310,7 +341,8 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
     for (int s : mem.alloc_before[i]) m.steps.push_back({StepOp::Alloc, s});
     const auto& st = schedule.order[i];
     if (st.kind == sched::ScheduledStep::Kind::Kernel) {
-      COIL_CHECK(st.index >= 0 && st.index < static_cast<int>(m.kernels.size())) << "bad kernel";
+      COIL_CHECK(st.index >= 0 && st.index < static_cast<int>(m.kernel_names.size()))
+          << "bad kernel";
       m.steps.push_back({StepOp::Kernel, st.index});
     } else {
       const auto* node = std::get_if<loop::ExternNode>(&program.steps.at(st.index));
@@ -372,6 +404,8 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
           library_ok = false;
           break;
       }
+      // The library kernels run on host memory; on the GPU the host (ATen) runs externs.
+      if (m.device == Device::CUDA) library_ok = false;
       COIL_USER_CHECK(library_ok || host_ok)
           << "cannot run " << loop::extern_kind_name(node->kind) << " node (" << node->op
           << "): no library kernel for it and no host fallback function";
@@ -394,6 +428,10 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
     }
     for (int s : mem.free_after[i])
       if (!output_storages.count(s)) m.steps.push_back({StepOp::Free, s});
+  }
+  if (m.pending_cuda) {
+    m.cuda = std::make_unique<detail::CudaSteps>(std::move(*m.pending_cuda), sc, options);
+    m.pending_cuda.reset();
   }
   m.code = std::move(sc.code);
 }
@@ -479,7 +517,7 @@ uint64_t splitmix64(uint64_t x) {
 
 void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                                std::vector<std::shared_ptr<void>>& storages,
-                               const std::vector<RuntimeTensor>& in) const {
+                               const std::vector<RuntimeTensor>& in, const RunContext& rc) const {
   std::vector<RuntimeTensor> ins;
   ins.reserve(call.inputs.size());
   for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
@@ -505,6 +543,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
         int s = spec.root.index;
         storages[s] = r.owner;
         for (BufferId b : storage_buffers[s]) bufs[b] = r.data;
+      } else if (cuda) {
+        cuda->copy(r, dst, rc.stream);
       } else {
         kernels::copy(r, dst);
       }
@@ -558,7 +598,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   COIL_INTERNAL_ERROR() << "extern " << call.op << " has no library path";
 }
 
-std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) const {
+std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
+                                        const RunContext& rc) const {
   const Impl& m = *impl_;
   if (in.size() != m.inputs.size())
     throw InputMismatchError("coil: expected " + std::to_string(m.inputs.size()) + " inputs, got " +
@@ -571,7 +612,8 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     if (static_cast<int>(t.sizes.size()) != m.inputs[p].rank || t.strides.size() != t.sizes.size())
       mismatch(static_cast<int>(p), "expected rank " + std::to_string(m.inputs[p].rank) + ", got " +
                                         std::to_string(t.sizes.size()));
-    if (t.device != Device::CPU) mismatch(static_cast<int>(p), "expected a cpu tensor");
+    if (t.device != m.device)
+      mismatch(static_cast<int>(p), "expected a " + std::string(device_name(m.device)) + " tensor");
   }
   // Size symbols.
   int64_t env_small[16];
@@ -620,6 +662,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     rng[1] = static_cast<int64_t>(n << 32);
     bufs[m.rng_state] = rng;
   }
+  if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   Allocator& alloc = Allocator::global();
   const bool prof = m.profiling.load(std::memory_order_relaxed);
@@ -631,8 +674,14 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     switch (s.kind) {
       case StepOp::Alloc: {
         int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
-        storages[s.index] = alloc.allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
-        void* p = storages[s.index].get();
+        size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 0));
+        void* p = nullptr;
+        if (m.cuda) {
+          storages[s.index] = m.cuda->allocate(n, rc, &p);
+        } else {
+          storages[s.index] = alloc.allocate(n);
+          p = storages[s.index].get();
+        }
         for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
         break;
       }
@@ -640,10 +689,14 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
         storages[s.index].reset();
         break;
       case StepOp::Kernel:
-        m.kernels[s.index](bufs.data(), env);
+        if (m.cuda) {
+          m.cuda->launch(s.index, bufs, env, m.code.data(), m.num_size_symbols, rng, rc.stream);
+        } else {
+          m.kernels[s.index](bufs.data(), env);
+        }
         break;
       case StepOp::Extern:
-        m.run_extern(m.externs[s.index], bufs, env, storages, in);
+        m.run_extern(m.externs[s.index], bufs, env, storages, in, rc);
         break;
     }
     if (prof) {
