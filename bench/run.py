@@ -17,8 +17,6 @@ import argparse
 import copy
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,27 +24,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from harness import fmt, machine, median_host_time, reset_peak_rss, rss_kib  # noqa: E402
+
 COMPILERS = ("eager", "inductor", "coil")
 
 
 # --------------------------------------------------------------------------------------------
 # child process: one model, one compiler
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def _make_step(model, inputs, trains: bool):
@@ -77,15 +62,6 @@ def _result_tensors(model, out, trains: bool):
     if trains:
         outs += [p.grad for p in model.parameters() if p.grad is not None]
     return [o.detach().float() for o in outs]
-
-
-def _time_step(step, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def run_one(name: str, compiler: str, size: str, dtype: str, repeat: int) -> dict:
@@ -122,10 +98,10 @@ def run_one(name: str, compiler: str, size: str, dtype: str, repeat: int) -> dic
     got = _result_tensors(target, out, trains)
     for _ in range(2):
         step()
-    rss_before = _rss_kib("VmRSS")
-    _reset_peak_rss()
-    run_s = _time_step(step, repeat)
-    result["peak_mib"] = max(0, _rss_kib("VmHWM") - rss_before) / 1024.0
+    rss_before = rss_kib("VmRSS")
+    reset_peak_rss()
+    run_s = median_host_time(step, repeat)
+    result["peak_mib"] = max(0, rss_kib("VmHWM") - rss_before) / 1024.0
     result["run_ms"] = run_s * 1e3
     if compiler != "eager":
         result["cold_compile_s"] = max(0.0, first_call - run_s)
@@ -166,10 +142,6 @@ def _child(name: str, compiler: str, args) -> dict:
     return {"model": name, "compiler": compiler, "error": tail[0][:160]}
 
 
-def _fmt(v, spec="{:.2f}"):
-    return "-" if v is None else spec.format(v)
-
-
 def table(rows: dict, names: list[str]) -> str:
     head = ("| model | eager ms | Inductor ms | coil ms | Inductor speedup | coil speedup | "
             "coil/Inductor | Inductor cold s | coil cold s | Inductor warm s | coil warm s | RSS growth MiB, steady state, eager/ind/coil | "
@@ -182,28 +154,15 @@ def table(rows: dict, names: list[str]) -> str:
         sp_c = em / cm if em and cm else None
         ratio = im / cm if im and cm else None
         err = c.get("error") or i.get("error")
-        peaks = "/".join(_fmt(x.get("peak_mib"), "{:.0f}") for x in (e, i, c))
-        errs = f"{_fmt(i.get('max_abs_err'), '{:.1e}')} / {_fmt(c.get('max_abs_err'), '{:.1e}')}"
+        peaks = "/".join(fmt(x.get("peak_mib"), "{:.0f}") for x in (e, i, c))
+        errs = f"{fmt(i.get('max_abs_err'), '{:.1e}')} / {fmt(c.get('max_abs_err'), '{:.1e}')}"
         lines.append(
-            f"| {n} | {_fmt(em)} | {_fmt(im)} | {_fmt(cm)} | {_fmt(sp_i)}x | {_fmt(sp_c)}x | "
-            f"{_fmt(ratio)} | {_fmt(i.get('cold_compile_s'))} | {_fmt(c.get('cold_compile_s'))} | "
-            f"{_fmt(i.get('warm_compile_s'), '{:.3f}')} | {_fmt(c.get('warm_compile_s'), '{:.3f}')} | {peaks} | {errs} |"
+            f"| {n} | {fmt(em)} | {fmt(im)} | {fmt(cm)} | {fmt(sp_i)}x | {fmt(sp_c)}x | "
+            f"{fmt(ratio)} | {fmt(i.get('cold_compile_s'))} | {fmt(c.get('cold_compile_s'))} | "
+            f"{fmt(i.get('warm_compile_s'), '{:.3f}')} | {fmt(c.get('warm_compile_s'), '{:.3f}')} | {peaks} | {errs} |"
             + (f" error: {err}" if err else "")
         )
     return "\n".join(lines)
-
-
-def machine() -> str:
-    import torch
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {platform.platform()}")
 
 
 def main() -> None:

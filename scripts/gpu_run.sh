@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: build coil with this machine's python3, run the GPU tests,
+# then the GPU benchmark (arguments go to bench/gpu.py). Installs nothing: the machine has no
+# network; it needs python3 with torch (CUDA), triton, nanobind, scikit-build-core, cmake, ninja
+# and pytest. With OUT set, logs and the report (gpu.md, unless --write is given) go there.
+#
+#   OUT=/some/dir ./scripts/gpu_run.sh                 # everything
+#   ./scripts/gpu_run.sh --quick --cases silu_mul      # a smoke run
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT"
+  exec > >(tee -a "$OUT/gpu_run.log") 2>&1
+fi
+
+py=$(command -v python3)
+jobs=$(nproc 2>/dev/null || echo 16)
+echo "== build ($py, -j$jobs)"
+cmake -S . -B build/gpu -G Ninja -DCOIL_BUILD_PYTHON=ON -DCOIL_INPLACE=ON \
+  -DPython_EXECUTABLE="$py" || exit 1
+ninja -C build/gpu -j"$jobs" || exit 1
+
+# COIL_INPLACE put _coil*.so into python/coil/; use that package, not an installed one.
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+"$py" -c "import coil, coil._coil, torch; print('coil from', coil.__file__); \
+print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" || exit 1
+
+echo "== GPU tests"
+"$py" -m pytest -q -m gpu tests/python
+tests_rc=$?
+
+echo "== GPU benchmark"
+args=("$@")
+if [[ -n "${OUT:-}" && " $* " != *" --write"* ]]; then
+  args+=(--write "$OUT/gpu.md")
+fi
+"$py" bench/gpu.py "${args[@]}"
+bench_rc=$?
+
+echo "== done: tests rc=$tests_rc, benchmark rc=$bench_rc"
+exit $((tests_rc != 0 || bench_rc != 0))
