@@ -12,6 +12,9 @@
 #include "coil/backend/cuda/emit_cuda.h"
 #include "coil/backend/cuda/launch.h"
 #include "coil/backend/cuda/nvrtc.h"
+#include "coil/graph/parser.h"
+#include "coil/lower/lower.h"
+#include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 
 namespace coil::testing {
@@ -104,6 +107,35 @@ TEST(EmitCuda, LayerNormAndTransposesCompile) {
   build_transposes(b2, b2.c(33), b2.c(65));
   CudaSource tr = emit(b2.p);
   expect_compiles(tr);
+}
+
+// Graph text through lowering and scheduling, as compile_graph does.
+CudaSource emit_graph(const std::string& text) {
+  sym::Context ctx;
+  auto g = parse_graph(text, ctx);
+  CompileOptions o;
+  auto lowered = lower::lower_graph(*g, o);
+  sched::align_iteration_spaces(lowered.program);
+  sched::Schedule s = sched::schedule_program(lowered.program, o);
+  return backend::cuda::emit_cuda(lowered.program, s, o);
+}
+
+TEST(EmitCuda, LoweredGraphsCompile) {
+  const char* graphs[] = {
+      "graph(%0: f32[1000]@cuda, %1: f32[1000]@cuda):\n"
+      "  %2: f32[1000]@cuda = aten.mul.Tensor(%0, 2)\n"
+      "  %3: f32[1000]@cuda = aten.add.Tensor(%2, %1)\n"
+      "  %4: f32[1000]@cuda = aten.sigmoid.default(%3)\n"
+      "  return (%4)\n",
+      "graph(%0: f32[33, 70]@cuda):\n"
+      "  %1: f32[33]@cuda = aten.sum.dim_IntList(%0, [-1])\n"
+      "  return (%1)\n",
+  };
+  for (const char* text : graphs) {
+    CudaSource src;
+    ASSERT_NO_THROW(src = emit_graph(text)) << text;
+    expect_compiles(src);
+  }
 }
 
 TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
