@@ -32,11 +32,11 @@ def _run(fn, *inputs):
     return got, fn(*inputs)
 
 
-def _check(fn, *inputs, dtype=torch.float32):
+def _check(fn, *inputs, dtype=torch.float32, tol=None):
     got, want = _run(fn, *inputs)
     assert got.device.type == "cuda"
     if dtype.is_floating_point:
-        torch.testing.assert_close(got, want, **TOL[dtype])
+        torch.testing.assert_close(got, want, **(tol or TOL[dtype]))
     else:
         assert torch.equal(got, want)
 
@@ -71,7 +71,8 @@ def test_pointwise_unaligned_view():
 @pytest.mark.parametrize("cols", [7, 100, 1024, 5000, 70000])
 def test_row_sum_and_max(cols):
     x = _randn(33, cols)
-    _check(lambda a: a.sum(-1), x)
+    # Sums of up to 70000 terms in another order than eager's: float32 rounding differs.
+    _check(lambda a: a.sum(-1), x, tol=dict(rtol=1e-4, atol=1e-3))
     _check(lambda a: a.amax(-1), x)
 
 

@@ -280,6 +280,7 @@ COIL_INLINE int16_t shfl_xor(int16_t v, int mask) {
 template <int G>
 COIL_INLINE void group_sync() {
   if (G == 32) {
+    __threadfence_block();  // order this lane's global stores before the others' loads
     __syncwarp();
   } else {
     __syncthreads();

@@ -140,6 +140,7 @@ class KernelEmitter {
       }
     }
     written_ = written;
+    read_ = read;
     std::set<BufferId> all = read;
     all.insert(written.begin(), written.end());
     info_.buffers.assign(all.begin(), all.end());
@@ -151,7 +152,11 @@ class KernelEmitter {
     for (BufferId b : info_.buffers) {
       const loop::Buffer& B = buf(b);
       bool w = written_.count(b) > 0;
-      add(std::string(w ? "" : "const ") + ctype(B.dtype) + "* __restrict__ " + B.name);
+      // A buffer this kernel both writes and reads (through other threads of the group) gets
+      // no __restrict__: the compiler must not move its loads across the group barrier.
+      bool rw = w && read_.count(b) > 0;
+      add(std::string(w ? "" : "const ") + ctype(B.dtype) + (rw ? "* " : "* __restrict__ ") +
+          B.name);
     }
     for (const auto& ss : p_.size_symbols) add("int64_t " + cpp_identifier(ss.symbol->name));
     if (info_.random) {
@@ -448,7 +453,14 @@ class KernelEmitter {
     std::vector<std::string> vars;
     for (size_t j = 0; j < k; ++j) vars.push_back("x" + std::to_string(j));
     decompose("(" + T + ")row_", vars, k_.outer_ranges);
-    for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      declare_local(m);
+      // One value per row that is also stored: every thread of the group keeps it in a
+      // register, and later members read that instead of the memory lane 0 wrote.
+      const ComputeNode& n = *nodes_[m];
+      if (!locals_.count(n.out) && (n.is_reduction() || n.ranges.size() == k))
+        line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
+    }
     std::set<BufferId> written_so_far;
     for (size_t m = 0; m < nodes_.size(); ++m) {
       const ComputeNode& n = *nodes_[m];
@@ -468,6 +480,7 @@ class KernelEmitter {
         if (locals_.count(n.out)) {
           emit_store(n, v);
         } else {
+          keep_row_value(n, v);
           open("if (lane_ == 0) {");
           emit_store(n, v);
           close();
@@ -589,12 +602,25 @@ class KernelEmitter {
       emit_store(n, v);
       return;
     }
+    keep_row_value(n, v);
     open("if (lane_ == 0) {");
     emit_store(n, v);
     close();
   }
 
   // ---------------------------------------------------------------- stores and locals
+  // The register copy of a stored one-per-row value (declared in emit_rows), rounded as the
+  // stored value is; loads of exactly that element by later members read the register.
+  void keep_row_value(const ComputeNode& n, const std::string& v) {
+    DType t = buf(n.out).dtype;
+    std::string val = v;
+    if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
+    if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
+    if (t == DType::Bool) val = "bool(" + v + ")";
+    line(local_name(n.out) + " = " + val + ";");
+    row_values_[n.out] = idx(flat_index(n.out, n.store_index));
+  }
+
   std::string local_name(BufferId b) { return buf(b).name + "_v"; }
   void declare_local(size_t m) {
     const ComputeNode& n = *nodes_[m];
@@ -821,7 +847,10 @@ class KernelEmitter {
   std::string load_expr(const Instr& in, InstrId id) {
     const std::string T = compute_ctype(in.dtype);
     std::string v;
+    auto rv = row_values_.find(in.buffer);
     if (locals_.count(in.buffer)) {
+      v = local_name(in.buffer);
+    } else if (rv != row_values_.end() && idx(flat_index(in.buffer, in.index)) == rv->second) {
       v = local_name(in.buffer);
     } else if (in.buffer == p_.rng_state) {
       auto pos = in.index.size() == 1 ? ctx_.as_const(in.index[0]) : std::nullopt;
@@ -850,7 +879,8 @@ class KernelEmitter {
   const sched::KernelPlan& k_;
   std::ostringstream& os_;
   std::set<BufferId> locals_;
-  std::set<BufferId> written_;
+  std::set<BufferId> written_, read_;
+  std::unordered_map<BufferId, std::string> row_values_;  // buffer -> printed element index
   std::vector<const ComputeNode*> nodes_;
   std::unordered_map<Expr, std::string> sym_names_;
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
