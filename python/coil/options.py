@@ -37,6 +37,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "seed": int,
     "cuda_nvrtc_path": str,
     "cuda_allow_tf32": bool,
+    "cuda_autotune": bool,
 }
 
 

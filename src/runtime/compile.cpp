@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 
+#include "coil/backend/common/sha256.h"
 #include "coil/backend/cpu/emit_cpp.h"
 #include "coil/backend/cpu/host_compiler.h"
 #include "coil/backend/cuda/driver.h"
@@ -137,6 +138,10 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   }
   k.kernels = std::move(source.kernels);
   k.module = module;
+  backend::Sha256 h;
+  h.update(source.code);
+  h.update(cubin.command);
+  k.key = h.hex();
   return k;
 }
 

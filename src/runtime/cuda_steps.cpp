@@ -1,6 +1,10 @@
 #include "cuda_steps.h"
 
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+
+#include "coil/backend/common/sha256.h"
 
 #include "coil/support/error.h"
 
@@ -84,11 +88,81 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
     ints[ni] = rng[1];
     args[na++] = &ints[ni++];
   }
-  const cu::LaunchConfig c = cu::choose_launch(info, work, row, aligned, *kernels_.device);
+  const bool tune =
+      options_.cuda_autotune && work * std::max<int64_t>(row, 1) >= cu::kTuneMinElements;
+  const cu::LaunchConfig c = tune ? tuned(k, work, row, aligned, args, stream)
+                                  : cu::choose_launch(info, work, row, aligned, *kernels_.device);
   auto fn = static_cast<cu::CUfunction>(kernels_.functions[k][c.entry]);
   d->check_run(d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0,
                                  static_cast<cu::CUstream>(stream), args, nullptr),
                ("cuLaunchKernel " + info.name).c_str());
+}
+
+cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
+                                  void* stream) const {
+  const cu::CudaKernel& info = kernels_.kernels[k];
+  const std::string key = kernels_.key + " " + info.name + " " + std::to_string(work) + " " +
+                          std::to_string(row) + " " + (aligned ? "a" : "u");
+  {
+    std::lock_guard<std::mutex> lock(tune_mu_);
+    auto it = tuned_.find(key);
+    if (it != tuned_.end()) return it->second;
+  }
+  namespace fs = std::filesystem;
+  fs::path file;
+  if (!options_.cache_dir.empty()) {
+    backend::Sha256 h;
+    h.update(key);
+    file = fs::path(options_.cache_dir) / "cuda" / "launch" / (h.hex() + ".txt");
+    std::ifstream in(file);
+    cu::LaunchConfig c;
+    if (in >> c.entry >> c.grid >> c.block) {
+      std::lock_guard<std::mutex> lock(tune_mu_);
+      tuned_[key] = c;
+      return c;
+    }
+  }
+  const cu::Driver* d = cu::Driver::get();
+  auto s = static_cast<cu::CUstream>(stream);
+  std::vector<cu::LaunchConfig> cands =
+      cu::launch_candidates(info, work, row, aligned, *kernels_.device);
+  cu::CUevent e0 = nullptr, e1 = nullptr;
+  d->check_run(d->cuEventCreate(&e0, 0), "cuEventCreate");
+  d->check_run(d->cuEventCreate(&e1, 0), "cuEventCreate");
+  cu::LaunchConfig best = cands[0];
+  float best_ms = 1e30f;
+  for (const cu::LaunchConfig& c : cands) {
+    auto fn = static_cast<cu::CUfunction>(kernels_.functions[k][c.entry]);
+    auto launch = [&] {
+      return d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, s, args, nullptr);
+    };
+    if (launch() != 0) continue;  // e.g. too many registers for 1024 threads
+    d->cuEventRecord(e0, s);
+    for (int r = 0; r < 3; ++r) launch();
+    d->cuEventRecord(e1, s);
+    d->cuEventSynchronize(e1);
+    float ms = 0;
+    d->cuEventElapsedTime(&ms, e0, e1);
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = c;
+    }
+  }
+  d->cuEventDestroy(e0);
+  d->cuEventDestroy(e1);
+  if (!file.empty()) {
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    const fs::path tmp = file.string() + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    {
+      std::ofstream out(tmp);
+      out << best.entry << " " << best.grid << " " << best.block << "\n";
+    }
+    fs::rename(tmp, file, ec);
+  }
+  std::lock_guard<std::mutex> lock(tune_mu_);
+  tuned_[key] = best;
+  return best;
 }
 
 std::shared_ptr<void> CudaSteps::allocate(size_t bytes, const RunContext& ctx, void** ptr) const {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "coil/backend/cuda/launch.h"
@@ -36,6 +38,12 @@ class CudaSteps {
   struct Launch {
     SizeExpr work, row_size;
   };
+  // The measured best configuration for kernel k at these sizes (memory, then the disk cache,
+  // then measuring launch_candidates on `stream`; every candidate recomputes the same output).
+  backend::cuda::LaunchConfig tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
+                                    void* stream) const;
+  mutable std::mutex tune_mu_;
+  mutable std::map<std::string, backend::cuda::LaunchConfig> tuned_;
   CudaKernels kernels_;
   std::vector<Launch> launches_;
   CompileOptions options_;

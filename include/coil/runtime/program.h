@@ -43,6 +43,7 @@ struct CudaKernels {
   std::vector<backend::cuda::CudaKernel> kernels;
   std::vector<std::array<void*, 2>> functions;
   const backend::cuda::DeviceInfo* device = nullptr;
+  std::string key;  // identifies the module (hash of its source and NVRTC command), for caches
 };
 
 class Program {

@@ -27,7 +27,8 @@ namespace coil {
   X(std::string, extern_provider, "auto", false) /* matmul/conv: auto|host|library */             \
   X(int64_t, seed, -1, false)                    /* rand/randn base seed; -1: nondeterministic */ \
   X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
-  X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */
+  X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
+  X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

@@ -47,4 +47,31 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
   return c;
 }
 
+std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, int64_t row_size,
+                                            bool aligned, const DeviceInfo& dev) {
+  std::vector<LaunchConfig> out{choose_launch(k, work, row_size, aligned, dev)};
+  auto add = [&](LaunchConfig c) {
+    for (const auto& o : out)
+      if (o.entry == c.entry && o.block == c.block && o.grid == c.grid) return;
+    out.push_back(c);
+  };
+  const int64_t sms = std::max(1, dev.sm_count);
+  if (k.kind == KernelKind::Pointwise) {
+    const int entry = out[0].entry;
+    const int64_t threads = entry == 1 ? work / k.vec : work;
+    for (int64_t b : {128, 256, 512, 1024}) {
+      add({entry, clamp_grid(ceil_div(threads, b), sms * 32), static_cast<unsigned>(b)});
+      add({entry, clamp_grid(ceil_div(threads, b), int64_t{2147483647}), static_cast<unsigned>(b)});
+    }
+    return out;
+  }
+  if (row_size <= 4 * kWarpRowLimit) {
+    for (int64_t b : {128, 256, 512})
+      add({0, clamp_grid(ceil_div(work, b / 32), sms * 64), static_cast<unsigned>(b)});
+  }
+  for (int64_t t : {128, 256, 512, 1024})
+    add({1, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
+  return out;
+}
+
 }  // namespace coil::backend::cuda

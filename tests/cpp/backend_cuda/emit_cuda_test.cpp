@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "../sched/test_programs.h"
@@ -154,6 +155,16 @@ TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   pw.vec = 4;
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, true, dev).entry, 1);
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, false, dev).entry, 0);
+  // The measured set starts with the heuristic's choice and tries every block size.
+  auto cands = backend::cuda::launch_candidates(rows, 4096, 2048, true, dev);
+  ASSERT_GE(cands.size(), 5u);
+  auto first = backend::cuda::choose_launch(rows, 4096, 2048, true, dev);
+  EXPECT_EQ(cands[0].entry, first.entry);
+  EXPECT_EQ(cands[0].block, first.block);
+  std::set<unsigned> blocks;
+  for (const auto& c : cands)
+    if (c.entry == 1) blocks.insert(c.block);
+  EXPECT_EQ(blocks, (std::set<unsigned>{128, 256, 512, 1024}));
 }
 
 }  // namespace

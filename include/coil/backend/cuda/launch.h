@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "coil/backend/cuda/driver.h"
 #include "coil/backend/cuda/emit_cuda.h"
@@ -25,6 +27,16 @@ struct LaunchConfig {
 
 LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, bool aligned,
                            const DeviceInfo& dev);
+
+// The small set the runtime measures once per kernel and size (the heuristic's choice first):
+// rows kernels try a warp per row (short rows) and blocks of 128..1024 threads per row;
+// pointwise kernels try 128..1024 threads per block with and without the grid cap.
+std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, int64_t row_size,
+                                            bool aligned, const DeviceInfo& dev);
+
+// Kernels smaller than this many elements (work x row) are launched by the heuristic alone:
+// their time is launch latency, which no configuration changes.
+constexpr int64_t kTuneMinElements = int64_t{1} << 20;
 
 // The entry-point names of a kernel: {_s, _v} or {_w, _b}; "" where absent.
 std::string entry_name(const CudaKernel& k, int entry);
