@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "coil/backend/cuda/cublaslt.h"
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
@@ -74,6 +75,7 @@ struct ExternCall {
   int graph_node = -1;
   std::string op;
   std::vector<bool> adoptable;  // per output: its storage holds only it (and its views)
+  bool host_ok = false;         // the host can run it (library paths may defer to it)
 };
 
 struct StepOp {
@@ -163,6 +165,10 @@ struct Program::Impl {
     }
     return t;
   }
+
+  // mm/bmm/addmm through cuBLASLt; false when the operands need the host path.
+  static bool cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                          const RuntimeTensor& out, void* stream, std::string* why);
 
   void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                   std::vector<std::shared_ptr<void>>& storages,
@@ -404,8 +410,14 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
           library_ok = false;
           break;
       }
-      // The library kernels run on host memory; on the GPU the host (ATen) runs externs.
-      if (m.device == Device::CUDA) library_ok = false;
+      // The library kernels run on host memory; on the GPU matmuls go to cuBLASLt and the
+      // host (ATen) runs the other externs.
+      if (m.device == Device::CUDA) {
+        bool mm = node->kind == ExternKind::Mm || node->kind == ExternKind::Bmm ||
+                  node->kind == ExternKind::Addmm;
+        library_ok = library_ok && mm && backend::cuda::cublaslt_unavailable_reason().empty();
+      }
+      call.host_ok = host_ok;
       COIL_USER_CHECK(library_ok || host_ok)
           << "cannot run " << loop::extern_kind_name(node->kind) << " node (" << node->op
           << "): no library kernel for it and no host fallback function";
@@ -515,13 +527,74 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
+bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                                const RuntimeTensor& out, void* stream, std::string* why) {
+  namespace cu = backend::cuda;
+  const bool addmm = call.kind == ExternKind::Addmm;
+  const RuntimeTensor& a = ins[addmm ? 1 : 0];
+  const RuntimeTensor& b = ins[addmm ? 2 : 1];
+  const size_t r = a.sizes.size();
+  if ((r != 2 && r != 3) || b.sizes.size() != r || out.sizes.size() != r) {
+    *why = "matmul ranks";
+    return false;
+  }
+  const size_t o = r - 2;  // first matrix dim
+  cu::GemmArgs g;
+  g.dtype = a.dtype;
+  if (b.dtype != a.dtype || out.dtype != a.dtype) {
+    *why = "mixed dtypes";
+    return false;
+  }
+  g.batch = r == 3 ? a.sizes[0] : 1;
+  g.m = a.sizes[o];
+  g.k = a.sizes[o + 1];
+  g.n = b.sizes[o + 1];
+  g.a = {a.data, a.strides[o], a.strides[o + 1], r == 3 ? a.strides[0] : 0};
+  g.b = {b.data, b.strides[o], b.strides[o + 1], r == 3 ? b.strides[0] : 0};
+  g.c = out.data;
+  g.c_stride0 = out.strides[o];
+  g.c_stride1 = out.strides[o + 1];
+  g.c_batch_stride = r == 3 ? out.strides[0] : 0;
+  if (g.batch > 1 && (a.sizes[0] == 1 || b.sizes[0] == 1)) {
+    *why = "broadcast batch";
+    return false;
+  }
+  if (addmm) {
+    const double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
+    const double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
+    g.alpha = static_cast<float>(alpha);
+    const RuntimeTensor& bias = ins[0];
+    // The epilogue adds a bias row: [N] or [1|M, N] broadcast over rows, unit stride, alpha 1.
+    const size_t br = bias.sizes.size();
+    bool row = bias.dtype == a.dtype && br >= 1 && br <= 2 && bias.sizes[br - 1] == g.n &&
+               (bias.strides[br - 1] == 1 || g.n == 1) &&
+               (br == 1 || bias.sizes[0] == 1 || bias.strides[0] == 0) &&
+               reinterpret_cast<uintptr_t>(bias.data) % 16 == 0;
+    if (beta != 0.0) {
+      if (!(row && beta == 1.0 && alpha == 1.0)) {
+        *why = "addmm with a bias that is not a row";
+        return false;
+      }
+      g.bias = bias.data;
+    }
+  }
+  return cu::gemm(g, stream, why);
+}
+
 void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                                std::vector<std::shared_ptr<void>>& storages,
                                const std::vector<RuntimeTensor>& in, const RunContext& rc) const {
   std::vector<RuntimeTensor> ins;
   ins.reserve(call.inputs.size());
   for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
-  if (call.provider == Provider::Host) {
+  if (call.provider == Provider::Library && cuda) {
+    RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
+    std::string why;
+    if (cuda_matmul(call, ins, out, rc.stream, &why)) return;
+    if (!call.host_ok)
+      throw std::runtime_error("coil: cannot run " + call.op + " on the GPU: " + why);
+  }
+  if (call.provider == Provider::Host || cuda) {
     std::vector<RuntimeTensor> res = fallback(call.graph_node, ins);
     if (res.size() != call.outputs.size())
       throw std::runtime_error("coil: fallback for " + call.op + " returned " +

@@ -132,6 +132,34 @@ def test_matmul_on_gpu():
     torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
 
 
+_DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_addmm_runs_on_cublaslt_with_bias_epilogue(dtype):
+    import coil.cuda as cc
+
+    t = _DT[dtype]
+    text = (f"graph(%0: {t}[64, 128]@cuda, %1: {t}[96, 128]@cuda, %2: {t}[96]@cuda):\n"
+            f"  %3: {t}[128, 96]{{1, 128}}@cuda = aten.permute.default(%1, [1, 0])\n"
+            f"  %4: {t}[64, 96]@cuda = aten.addmm.default(%2, %0, %3)\n"
+            f"  return (%4)\n")
+    g = C.compile(text, {"cache_dir": "", **cc.compile_options()}, None)
+    assert "extern addmm aten.addmm.default (library)" in g.describe(), g.describe()
+    a, w, b = _randn(64, 128, dtype=dtype), _randn(96, 128, dtype=dtype), _randn(96, dtype=dtype)
+    (out,) = g.run([a, w, b], **cc.run_kwargs())
+    tol = dict(rtol=1e-3, atol=1e-3) if dtype == torch.float32 else TOL[dtype]
+    torch.testing.assert_close(out, torch.addmm(b, a, w.t()), **(tol if dtype != torch.float16 else dict(rtol=1e-2, atol=1e-2)))
+
+
+@pytest.mark.gpu
+def test_bmm_transposed_operands():
+    q, k = _randn(6, 32, 16), _randn(6, 48, 16)
+    got, want = _run(lambda x, y: torch.softmax(x @ y.transpose(1, 2), -1), q, k)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
 def test_no_gpu_gives_a_one_line_reason():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the reason is empty")
