@@ -33,12 +33,19 @@ def nvrtc_path() -> str:
     return ""
 
 
+def allow_tf32() -> bool:
+    """Whether PyTorch lets float32 matmuls use TF32, whichever of its switches said so
+    (set_float32_matmul_precision, the fp32_precision API of torch >= 2.9, allow_tf32)."""
+    if torch.get_float32_matmul_precision() in ("high", "medium"):
+        return True
+    if getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32":
+        return True
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
 def compile_options() -> dict[str, Any]:
     """CompileOptions fields that a CUDA graph takes from PyTorch's state at compile time."""
-    return {
-        "cuda_nvrtc_path": nvrtc_path(),
-        "cuda_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-    }
+    return {"cuda_nvrtc_path": nvrtc_path(), "cuda_allow_tf32": allow_tf32()}
 
 
 def _allocate(nbytes: int) -> torch.Tensor:
