@@ -20,8 +20,12 @@ fi
 py=$(python3 -c 'import sys; print(sys.executable)') || exit 1
 jobs=$(nproc 2>/dev/null || echo 16)
 echo "== build ($py, -j$jobs)"
+# The system g++: the GPU machine's default CXX (/opt/gcc) links libstdc++ statically into
+# _coil, whose iostreams then crash next to the process's shared libstdc++ (seen on the H100).
+cxx=${COIL_GPU_CXX:-/usr/bin/g++}
+[[ -x "$cxx" ]] || cxx=$(command -v g++)
 cmake -S . -B build/gpu -G Ninja -DCOIL_BUILD_PYTHON=ON -DCOIL_INPLACE=ON \
-  -DPython_EXECUTABLE="$py" || exit 1
+  -DCMAKE_CXX_COMPILER="$cxx" -DPython_EXECUTABLE="$py" || exit 1
 ninja -C build/gpu -j"$jobs" || exit 1
 
 # COIL_INPLACE put _coil*.so into python/coil/; use that package, not an installed one.

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
+from . import cuda as coil_cuda
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph, run_node_eagerly
@@ -173,8 +174,9 @@ class CoilGraphFn:
     _boxed_call = True
 
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
-                 options: CoilOptions):
+                 options: CoilOptions, on_cuda: bool = False):
         self.name = name
+        self.on_cuda = on_cuda
         self.gm = gm
         self.exported = exported
         self.compiled = compiled
@@ -197,15 +199,16 @@ class CoilGraphFn:
             inputs.extend(ex.binder.carrier_tensors(env))
             ex.call_env.env = env
         try:
+            run_kwargs = coil_cuda.run_kwargs() if self.on_cuda else {}
             try:
-                outs = self.compiled.run(inputs)
+                outs = self.compiled.run(inputs, **run_kwargs)
             except RuntimeError as e:
                 # A tensor laid out otherwise than traced (another coil graph returned a copy
                 # where the trace had a view): copy it into the traced strides and retry.
                 fixed = ex.relayout_inputs(inputs, args, env)
                 if fixed is None or type(e).__name__ != "InputMismatchError":
                     raise
-                outs = self.compiled.run(fixed)
+                outs = self.compiled.run(fixed, **run_kwargs)
             if len(outs) != ex.num_tensor_outputs:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
@@ -234,8 +237,15 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         timings["python_export"] = time.perf_counter() - t0
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
+        copts = options.compile_options(dump.dir)
+        on_cuda = coil_cuda.graph_on_cuda(example_inputs)
+        if on_cuda:
+            copts.update(coil_cuda.compile_options())
+            why = coil_cuda.unavailable_reason(C, copts)
+            if why:
+                raise RuntimeError(f"no CUDA backend: {why}")
         t0 = time.perf_counter()
-        compiled = C.compile(exported.text, options.compile_options(dump.dir), fallback)
+        compiled = C.compile(exported.text, copts, fallback)
         timings["python_compile_call"] = time.perf_counter() - t0
         artifacts = dict(compiled.artifacts)
     except Exception as e:
@@ -256,7 +266,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             _report.fallback_ops[op] += 1
     log.debug("coil: compiled %s (%d nodes, %s kernels)", name, len(exported.nodes),
               artifacts.get("num_kernels"))
-    fn = CoilGraphFn(name, gm, exported, compiled, options)
+    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:

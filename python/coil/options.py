@@ -35,6 +35,9 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "runtime_headers_dir": str,
     "extern_provider": str,
     "seed": int,
+    "cuda_nvrtc_path": str,
+    "cuda_allow_tf32": bool,
+    "cuda_autotune": bool,
 }
 
 

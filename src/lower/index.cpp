@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "coil/lower/lowering.h"
+#include "coil/lower/realize.h"
 #include "coil/support/error.h"
 #include "family_util.h"
 
@@ -457,6 +458,30 @@ std::vector<TensorValue> lower_slice_scatter(LoweringContext& ctx, const Node& n
 
 // --- extern kernels: index_put, scatter, scatter_add, embedding_dense_backward
 
+// On CUDA the index externs run through ATen (the host callback, on the GPU): the runtime's
+// IndexPut/ScatterAdd kernels work on host memory. The extern is the graph node itself (kind
+// Fallback: the host runs it by position with the node's tensor inputs), an extern kernel like
+// a matmul, not a fallback of the op (docs/cuda-backend.md).
+bool on_cuda(const Node& node) {
+  return !node.outputs().empty() && node.output(0)->meta().device == Device::CUDA;
+}
+
+std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node) {
+  loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Fallback);
+  for (const Value* v : node.input_values()) e.inputs.push_back(ctx.as_buffer(ctx.value(v)));
+  std::vector<TensorValue> outs;
+  for (const Value* v : node.outputs()) {
+    loop::BufferId id = ctx.new_buffer(v->meta().dtype, v->meta().sizes);
+    auto& buf = ctx.program().buffers[id];
+    buf.strides = dense_strides_like(ctx.ctx(), v->meta());
+    buf.device = v->meta().device;
+    e.outputs.push_back(id);
+    outs.push_back(ctx.from_buffer(id));
+  }
+  ctx.add_extern(std::move(e));
+  return outs;
+}
+
 // IndexPut: inputs {self, index_0..index_{k-1}, values}, ints {accumulate, dim_0..dim_{k-1}}.
 TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const TensorValue& self,
                              const std::vector<int64_t>& dims,
@@ -475,6 +500,7 @@ TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const Tenso
 }
 
 std::vector<TensorValue> lower_index_put(LoweringContext& ctx, const Node& node) {
+  if (on_cuda(node)) return aten_extern(ctx, node);
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
   COIL_USER_CHECK(rank > 0) << "index_put on a 0-d tensor";
@@ -503,6 +529,7 @@ TensorValue leading_window(LoweringContext& ctx, const TensorValue& v,
 // IndexPut whose index tensors are `index` for `dim` and a zero-strided arange for every other
 // dim (no extra kind for the runtime to implement).
 std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, bool has_src) {
+  if (on_cuda(node)) return aten_extern(ctx, node);
   sym::Context& c = ctx.ctx();
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const TensorValue& index = ctx.arg_value(node, 2, "index");
@@ -546,6 +573,7 @@ std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, b
 }
 
 std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& node) {
+  if (on_cuda(node)) return aten_extern(ctx, node);
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const TensorValue& index = ctx.arg_value(node, 2, "index");
   const TensorValue& src = ctx.arg_value(node, 3, "src");
@@ -571,6 +599,7 @@ std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& nod
 // zeros(num_weights, D) with rows indices[p] += grad[p] (rows equal to padding_idx get nothing),
 // an accumulating IndexPut. scale_grad_by_freq needs per-index counts: not lowered (fallback).
 std::vector<TensorValue> lower_embedding_backward(LoweringContext& ctx, const Node& node) {
+  if (on_cuda(node)) return aten_extern(ctx, node);
   sym::Context& c = ctx.ctx();
   sym::Context* cx = &c;
   const TensorValue& grad = ctx.arg_value(node, 0, "grad_output");

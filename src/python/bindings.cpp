@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "coil/backend/cuda/driver.h"
+#include "coil/backend/cuda/nvrtc.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
 #include "coil/lower/lower.h"
@@ -171,8 +173,12 @@ RuntimeTensor from_torch(nb::handle obj, const char* what, size_t index) {
     ok = nb::try_cast<nb::ndarray<>>(obj, array, /*convert=*/false);
   }
   if (!ok) bad_tensor(what, index, "is not a tensor (DLPack import failed)");
-  if (array.device_type() != nb::device::cpu::value) bad_tensor(what, index, "is not on the cpu");
   RuntimeTensor t;
+  if (array.device_type() == nb::device::cuda::value) {
+    t.device = Device::CUDA;
+  } else if (array.device_type() != nb::device::cpu::value) {
+    bad_tensor(what, index, "is neither on the cpu nor on a cuda device");
+  }
   t.dtype = dtype_from_dlpack(array.dtype());
   size_t ndim = array.ndim();
   t.sizes.resize(ndim);
@@ -213,7 +219,8 @@ nb::object to_torch(RuntimeTensor&& t) {
   DLTensor& dl = e->managed.dl_tensor;
   nb::dlpack::dtype dt = dtype_to_dlpack(e->tensor.dtype);
   dl.data = e->tensor.data;
-  dl.device = {1 /* kDLCPU */, 0};
+  dl.device =
+      e->tensor.device == Device::CUDA ? DLDevice{2 /* kDLCUDA */, 0} : DLDevice{1 /* kDLCPU */, 0};
   dl.ndim = static_cast<int32_t>(e->tensor.sizes.size());
   dl.dtype = {dt.code, dt.bits, dt.lanes};
   dl.shape = e->tensor.sizes.data();
@@ -282,6 +289,19 @@ runtime::FallbackFn make_fallback(nb::object fn) {
   };
 }
 
+// Device allocations through a Python callable alloc(nbytes) -> tensor (PyTorch's caching
+// allocator, on the current stream); the tensor is the block's owner.
+std::function<std::shared_ptr<void>(size_t, void**)> make_allocator(nb::object fn) {
+  auto callable = std::make_shared<PyCallable>(std::move(fn));
+  return [callable](size_t bytes, void** ptr) -> std::shared_ptr<void> {
+    nb::gil_scoped_acquire gil;
+    nb::object t = callable->fn(bytes);
+    *ptr = reinterpret_cast<void*>(nb::cast<uintptr_t>(t.attr("data_ptr")()));
+    auto* holder = new PyCallable(std::move(t));
+    return std::shared_ptr<void>(holder, [](void* h) { delete static_cast<PyCallable*>(h); });
+  };
+}
+
 nb::dict artifacts_dict(const runtime::CompileArtifacts& a) {
   nb::dict d;
   d["input_graph"] = a.input_graph;
@@ -318,19 +338,27 @@ NB_MODULE(_coil, m) {
   nb::class_<runtime::CompiledGraph>(m, "CompiledGraph")
       .def(
           "run",
-          [](runtime::CompiledGraph& g, nb::handle inputs) {
+          [](runtime::CompiledGraph& g, nb::handle inputs, uintptr_t stream, nb::object alloc) {
             std::vector<runtime::RuntimeTensor> ins;
             ins.reserve(nb::len(inputs));
             size_t i = 0;
             for (nb::handle h : inputs) ins.push_back(from_torch(h, "input", i++));
-            std::vector<runtime::RuntimeTensor> outs = g.run(ins);
+            runtime::RunContext ctx;
+            ctx.stream = reinterpret_cast<void*>(stream);
+            if (!alloc.is_none()) ctx.allocate = make_allocator(std::move(alloc));
+            std::vector<runtime::RuntimeTensor> outs = g.run(ins, ctx);
             nb::list result;
             for (auto& t : outs) result.append(to_torch(std::move(t)));
             return result;
           },
-          "inputs"_a, "Runs the graph: one torch tensor per graph input; returns the outputs.")
+          "inputs"_a, "stream"_a = 0, "alloc"_a.none() = nb::none(),
+          "Runs the graph: one torch tensor per graph input; returns the outputs. CUDA graphs\n"
+          "run on `stream` (a CUstream as int) and allocate through alloc(nbytes) -> tensor.")
       .def_prop_ro("artifacts",
                    [](const runtime::CompiledGraph& g) { return artifacts_dict(g.artifacts()); })
+      .def_prop_ro(
+          "device",
+          [](const runtime::CompiledGraph& g) { return std::string(device_name(g.device())); })
       .def("describe",
            [](const runtime::CompiledGraph& g) {
              const runtime::Program* p = g.program();
@@ -380,6 +408,13 @@ NB_MODULE(_coil, m) {
     return d;
   });
 
+  // "" when CUDA graphs can compile here, else the one-line reason (no driver, no device, no
+  // NVRTC) that the glue reports when it falls back.
+  m.def("cuda_unavailable_reason", [](nb::dict options) -> std::string {
+    std::string why;
+    if (backend::cuda::Driver::get(&why) == nullptr) return why;
+    return backend::cuda::nvrtc_unavailable_reason(options_from_dict(options));
+  });
   m.def("allocator_stats", [] {
     auto s = runtime::Allocator::global().stats();
     nb::dict d;

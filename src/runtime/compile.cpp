@@ -3,9 +3,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 
+#include "coil/backend/common/sha256.h"
 #include "coil/backend/cpu/emit_cpp.h"
 #include "coil/backend/cpu/host_compiler.h"
+#include "coil/backend/cuda/driver.h"
+#include "coil/backend/cuda/emit_cuda.h"
+#include "coil/backend/cuda/launch.h"
+#include "coil/backend/cuda/nvrtc.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
 #include "coil/loop/printer.h"
@@ -28,6 +34,11 @@ class ProgramGraph final : public CompiledGraph {
   std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) override {
     return program_->run(inputs);
   }
+  std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs,
+                                 const RunContext& ctx) override {
+    return program_->run(inputs, ctx);
+  }
+  Device device() const override { return program_->device(); }
   const CompileArtifacts& artifacts() const override { return artifacts_; }
   const Program* program() const override { return program_.get(); }
 
@@ -81,6 +92,59 @@ void dump(const CompileArtifacts& a, const std::string& dir, const std::string& 
 
 namespace {
 
+// A graph runs where its inputs live; mixing devices is not supported (the glue falls back).
+Device graph_device(const loop::LoopProgram& program) {
+  std::optional<Device> dev;
+  for (loop::BufferId b : program.inputs) {
+    Device d = program.buffer(b).device;
+    COIL_USER_CHECK(!dev || *dev == d) << "inputs on several devices (cpu and cuda)";
+    dev = d;
+  }
+  if (!dev) {  // no inputs: the device of the first buffer that names one
+    for (const auto& b : program.buffers)
+      if (b.device == Device::CUDA) return Device::CUDA;
+    return Device::CPU;
+  }
+  return *dev;
+}
+
+// Emit CUDA, compile it with NVRTC (cached), load the module, look up every entry point.
+CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                         const CompileOptions& options, CompileArtifacts& a, StageTimer& time) {
+  namespace cu = backend::cuda;
+  std::string why;
+  COIL_USER_CHECK(cu::Driver::get(&why) != nullptr) << "no CUDA backend: " << why;
+  const cu::DeviceInfo& dev = cu::device_info(0);
+  CudaKernels k;
+  k.device = &dev;
+  if (schedule.kernels.empty()) return k;
+  cu::CudaSource source = time("emit", [&] { return cu::emit_cuda(program, schedule, options); });
+  a.source = cu::strip_prelude(source.code);
+  cu::CubinResult cubin = time("nvrtc", [&] {
+    return cu::compile_to_cubin(source.code, dev.cc_major, dev.cc_minor, options);
+  });
+  a.compiler_command = cubin.command;
+  a.compiler_log = cubin.log;
+  a.cache_hit = cubin.cache_hit;
+  auto module = time("load", [&] { return std::make_shared<cu::Module>(cubin.cubin); });
+  for (const cu::CudaKernel& kern : source.kernels) {
+    std::array<void*, 2> fns{nullptr, nullptr};
+    for (int e = 0; e < 2; ++e) {
+      std::string name = cu::entry_name(kern, e);
+      if (!name.empty()) fns[e] = module->function(name);
+    }
+    if (!fns[1]) fns[1] = fns[0];
+    k.functions.push_back(fns);
+  }
+  k.kernels = std::move(source.kernels);
+  k.module = module;
+  backend::Sha256 h;
+  h.update(source.code);
+  h.update(cubin.command);
+  k.key = h.hex();
+  return k;
+}
+
 // The pipeline proper; fills `a` as the stages finish, so a failure leaves what was done.
 std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
                                               const CompileOptions& options, FallbackFn fallback,
@@ -103,6 +167,14 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   a.schedule = sched::print_schedule(program, schedule);
   a.fusion_log = align_log + schedule.fusion_log;
   a.num_kernels = static_cast<int>(schedule.kernels.size());
+  if (graph_device(program) == Device::CUDA) {
+    CudaKernels cuda = compile_cuda(program, schedule, options, a, time);
+    auto prog = time("program", [&] {
+      return std::make_unique<Program>(program, schedule, std::move(cuda), options,
+                                       std::move(fallback));
+    });
+    return std::make_unique<ProgramGraph>(a, std::move(prog));
+  }
   std::vector<KernelFn> kernels;
   std::shared_ptr<void> library;
   if (!schedule.kernels.empty()) {

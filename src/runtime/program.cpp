@@ -3,15 +3,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "coil/backend/cuda/cublaslt.h"
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
+#include "cuda_steps.h"
 #include "element.h"
 #include "size_expr.h"
 
@@ -72,6 +75,7 @@ struct ExternCall {
   int graph_node = -1;
   std::string op;
   std::vector<bool> adoptable;  // per output: its storage holds only it (and its views)
+  bool host_ok = false;         // the host can run it (library paths may defer to it)
 };
 
 struct StepOp {
@@ -127,6 +131,11 @@ struct Program::Impl {
 
   std::shared_ptr<void> keep_alive;
   FallbackFn fallback;
+  // CUDA programs: the kernels and device operations (null on the CPU).
+  Device device = Device::CPU;
+  std::optional<CudaKernels> pending_cuda;  // consumed by init()
+  std::unique_ptr<detail::CudaSteps> cuda;
+  int num_size_symbols = 0;
   // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
   mutable std::atomic<bool> profiling{false};
   mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;
@@ -139,6 +148,7 @@ struct Program::Impl {
                      const std::vector<RuntimeTensor>& in) const {
     RuntimeTensor t;
     t.dtype = v.dtype;
+    t.device = device;
     size_t rank = v.sizes.size();
     t.sizes.resize(rank);
     t.strides.resize(rank);
@@ -156,9 +166,13 @@ struct Program::Impl {
     return t;
   }
 
+  // mm/bmm/addmm through cuBLASLt; false when the operands need the host path.
+  static bool cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                          const RuntimeTensor& out, void* stream, std::string* why);
+
   void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                   std::vector<std::shared_ptr<void>>& storages,
-                  const std::vector<RuntimeTensor>& in) const;
+                  const std::vector<RuntimeTensor>& in, const RunContext& rc) const;
 };
 
 Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
@@ -166,13 +180,36 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
                  const CompileOptions& options, FallbackFn fallback)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
-  sym::Context& ctx = *program.ctx;
   COIL_CHECK(kernel_fns.size() == schedule.kernels.size()) << "one function per kernel";
   m.kernels = std::move(kernel_fns);
-  for (const auto& k : schedule.kernels) m.kernel_names.push_back(k.name);
   m.keep_alive = std::move(keep_alive);
   m.fallback = std::move(fallback);
+  init(program, schedule, options);
+}
+
+Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                 CudaKernels cuda, const CompileOptions& options, FallbackFn fallback)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  COIL_CHECK(cuda.kernels.size() == schedule.kernels.size() &&
+             cuda.functions.size() == schedule.kernels.size())
+      << "one CUDA kernel per kernel";
+  m.device = Device::CUDA;
+  m.keep_alive = cuda.module;
+  m.pending_cuda = std::move(cuda);
+  m.fallback = std::move(fallback);
+  init(program, schedule, options);
+}
+
+Device Program::device() const { return impl_->device; }
+
+void Program::init(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                   const CompileOptions& options) {
+  Impl& m = *impl_;
+  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
+  sym::Context& ctx = *program.ctx;
+  for (const auto& k : schedule.kernels) m.kernel_names.push_back(k.name);
+  m.num_size_symbols = static_cast<int>(program.size_symbols.size());
   m.num_buffers = static_cast<int>(program.buffers.size());
   m.rng_state = program.rng_state;
   if (options.seed >= 0) {
@@ -310,7 +347,8 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
     for (int s : mem.alloc_before[i]) m.steps.push_back({StepOp::Alloc, s});
     const auto& st = schedule.order[i];
     if (st.kind == sched::ScheduledStep::Kind::Kernel) {
-      COIL_CHECK(st.index >= 0 && st.index < static_cast<int>(m.kernels.size())) << "bad kernel";
+      COIL_CHECK(st.index >= 0 && st.index < static_cast<int>(m.kernel_names.size()))
+          << "bad kernel";
       m.steps.push_back({StepOp::Kernel, st.index});
     } else {
       const auto* node = std::get_if<loop::ExternNode>(&program.steps.at(st.index));
@@ -372,6 +410,14 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
           library_ok = false;
           break;
       }
+      // The library kernels run on host memory; on the GPU matmuls go to cuBLASLt and the
+      // host (ATen) runs the other externs.
+      if (m.device == Device::CUDA) {
+        bool mm = node->kind == ExternKind::Mm || node->kind == ExternKind::Bmm ||
+                  node->kind == ExternKind::Addmm;
+        library_ok = library_ok && mm && backend::cuda::cublaslt_unavailable_reason().empty();
+      }
+      call.host_ok = host_ok;
       COIL_USER_CHECK(library_ok || host_ok)
           << "cannot run " << loop::extern_kind_name(node->kind) << " node (" << node->op
           << "): no library kernel for it and no host fallback function";
@@ -394,6 +440,10 @@ Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedu
     }
     for (int s : mem.free_after[i])
       if (!output_storages.count(s)) m.steps.push_back({StepOp::Free, s});
+  }
+  if (m.pending_cuda) {
+    m.cuda = std::make_unique<detail::CudaSteps>(std::move(*m.pending_cuda), sc, options);
+    m.pending_cuda.reset();
   }
   m.code = std::move(sc.code);
 }
@@ -477,13 +527,74 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
+bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                                const RuntimeTensor& out, void* stream, std::string* why) {
+  namespace cu = backend::cuda;
+  const bool addmm = call.kind == ExternKind::Addmm;
+  const RuntimeTensor& a = ins[addmm ? 1 : 0];
+  const RuntimeTensor& b = ins[addmm ? 2 : 1];
+  const size_t r = a.sizes.size();
+  if ((r != 2 && r != 3) || b.sizes.size() != r || out.sizes.size() != r) {
+    *why = "matmul ranks";
+    return false;
+  }
+  const size_t o = r - 2;  // first matrix dim
+  cu::GemmArgs g;
+  g.dtype = a.dtype;
+  if (b.dtype != a.dtype || out.dtype != a.dtype) {
+    *why = "mixed dtypes";
+    return false;
+  }
+  g.batch = r == 3 ? a.sizes[0] : 1;
+  g.m = a.sizes[o];
+  g.k = a.sizes[o + 1];
+  g.n = b.sizes[o + 1];
+  g.a = {a.data, a.strides[o], a.strides[o + 1], r == 3 ? a.strides[0] : 0};
+  g.b = {b.data, b.strides[o], b.strides[o + 1], r == 3 ? b.strides[0] : 0};
+  g.c = out.data;
+  g.c_stride0 = out.strides[o];
+  g.c_stride1 = out.strides[o + 1];
+  g.c_batch_stride = r == 3 ? out.strides[0] : 0;
+  if (g.batch > 1 && (a.sizes[0] == 1 || b.sizes[0] == 1)) {
+    *why = "broadcast batch";
+    return false;
+  }
+  if (addmm) {
+    const double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
+    const double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
+    g.alpha = static_cast<float>(alpha);
+    const RuntimeTensor& bias = ins[0];
+    // The epilogue adds a bias row: [N] or [1|M, N] broadcast over rows, unit stride, alpha 1.
+    const size_t br = bias.sizes.size();
+    bool row = bias.dtype == a.dtype && br >= 1 && br <= 2 && bias.sizes[br - 1] == g.n &&
+               (bias.strides[br - 1] == 1 || g.n == 1) &&
+               (br == 1 || bias.sizes[0] == 1 || bias.strides[0] == 0) &&
+               reinterpret_cast<uintptr_t>(bias.data) % 16 == 0;
+    if (beta != 0.0) {
+      if (!(row && beta == 1.0 && alpha == 1.0)) {
+        *why = "addmm with a bias that is not a row";
+        return false;
+      }
+      g.bias = bias.data;
+    }
+  }
+  return cu::gemm(g, stream, why);
+}
+
 void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                                std::vector<std::shared_ptr<void>>& storages,
-                               const std::vector<RuntimeTensor>& in) const {
+                               const std::vector<RuntimeTensor>& in, const RunContext& rc) const {
   std::vector<RuntimeTensor> ins;
   ins.reserve(call.inputs.size());
   for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
-  if (call.provider == Provider::Host) {
+  if (call.provider == Provider::Library && cuda) {
+    RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
+    std::string why;
+    if (cuda_matmul(call, ins, out, rc.stream, &why)) return;
+    if (!call.host_ok)
+      throw std::runtime_error("coil: cannot run " + call.op + " on the GPU: " + why);
+  }
+  if (call.provider == Provider::Host || cuda) {
     std::vector<RuntimeTensor> res = fallback(call.graph_node, ins);
     if (res.size() != call.outputs.size())
       throw std::runtime_error("coil: fallback for " + call.op + " returned " +
@@ -505,6 +616,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
         int s = spec.root.index;
         storages[s] = r.owner;
         for (BufferId b : storage_buffers[s]) bufs[b] = r.data;
+      } else if (cuda) {
+        cuda->copy(r, dst, rc.stream);
       } else {
         kernels::copy(r, dst);
       }
@@ -558,7 +671,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   COIL_INTERNAL_ERROR() << "extern " << call.op << " has no library path";
 }
 
-std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) const {
+std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
+                                        const RunContext& rc) const {
   const Impl& m = *impl_;
   if (in.size() != m.inputs.size())
     throw InputMismatchError("coil: expected " + std::to_string(m.inputs.size()) + " inputs, got " +
@@ -571,7 +685,8 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     if (static_cast<int>(t.sizes.size()) != m.inputs[p].rank || t.strides.size() != t.sizes.size())
       mismatch(static_cast<int>(p), "expected rank " + std::to_string(m.inputs[p].rank) + ", got " +
                                         std::to_string(t.sizes.size()));
-    if (t.device != Device::CPU) mismatch(static_cast<int>(p), "expected a cpu tensor");
+    if (t.device != m.device)
+      mismatch(static_cast<int>(p), "expected a " + std::string(device_name(m.device)) + " tensor");
   }
   // Size symbols.
   int64_t env_small[16];
@@ -622,6 +737,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     rng[1] = static_cast<int64_t>(n << 32);
     bufs[m.rng_state] = rng;
   }
+  if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   Allocator& alloc = Allocator::global();
   const bool prof = m.profiling.load(std::memory_order_relaxed);
@@ -633,8 +749,14 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
     switch (s.kind) {
       case StepOp::Alloc: {
         int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
-        storages[s.index] = alloc.allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
-        void* p = storages[s.index].get();
+        size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 0));
+        void* p = nullptr;
+        if (m.cuda) {
+          storages[s.index] = m.cuda->allocate(n, rc, &p);
+        } else {
+          storages[s.index] = alloc.allocate(n);
+          p = storages[s.index].get();
+        }
         for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
         break;
       }
@@ -642,10 +764,14 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in) co
         storages[s.index].reset();
         break;
       case StepOp::Kernel:
-        m.kernels[s.index](bufs.data(), env);
+        if (m.cuda) {
+          m.cuda->launch(s.index, bufs, env, m.code.data(), m.num_size_symbols, rng, rc.stream);
+        } else {
+          m.kernels[s.index](bufs.data(), env);
+        }
         break;
       case StepOp::Extern:
-        m.run_extern(m.externs[s.index], bufs, env, storages, in);
+        m.run_extern(m.externs[s.index], bufs, env, storages, in, rc);
         break;
     }
     if (prof) {

@@ -40,6 +40,15 @@ class InputMismatchError : public std::runtime_error {
 using FallbackFn =
     std::function<std::vector<RuntimeTensor>(int graph_node, const std::vector<RuntimeTensor>&)>;
 
+// Per-call context of a CUDA graph (ignored on the CPU). Inside PyTorch the Python glue passes
+// the current stream and an allocator backed by PyTorch's caching allocator; without PyTorch
+// both stay empty (the legacy default stream, cuMemAlloc).
+struct RunContext {
+  void* stream = nullptr;  // CUstream
+  // Sets *ptr to a device block of at least `bytes` bytes; the owner keeps it alive.
+  std::function<std::shared_ptr<void>(size_t bytes, void** ptr)> allocate;
+};
+
 // What each stage printed, for the debug dump and for tests.
 struct CompileArtifacts {
   std::string input_graph;   // graph IR text
@@ -59,6 +68,12 @@ class CompiledGraph {
  public:
   virtual ~CompiledGraph() = default;
   virtual std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) = 0;
+  virtual std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs,
+                                         const RunContext& ctx) {
+    return run(inputs);
+  }
+  // Where the graph runs (its inputs' device).
+  virtual Device device() const { return Device::CPU; }
   virtual const CompileArtifacts& artifacts() const = 0;
   // The executable program (program.h), when the graph is one; for tools and the bindings.
   virtual const class Program* program() const { return nullptr; }

@@ -17,6 +17,7 @@
 // run() is const and thread-safe: all per-call state is local to the call.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "coil/backend/cuda/driver.h"
+#include "coil/backend/cuda/emit_cuda.h"
 #include "coil/loop/program.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/sched/schedule.h"
@@ -33,6 +36,16 @@ namespace coil::runtime {
 // The C ABI of a generated kernel (backend/cpu/emit_cpp.h).
 using KernelFn = void (*)(void* const* bufs, const int64_t* sizes);
 
+// The compiled kernels of a CUDA graph: per kernel its description and the CUfunction of each
+// entry point (backend/cuda/launch.h: entry_name).
+struct CudaKernels {
+  std::shared_ptr<void> module;  // keeps the loaded module alive
+  std::vector<backend::cuda::CudaKernel> kernels;
+  std::vector<std::array<void*, 2>> functions;
+  const backend::cuda::DeviceInfo* device = nullptr;
+  std::string key;  // identifies the module (hash of its source and NVRTC command), for caches
+};
+
 class Program {
  public:
   // kernels[k] is the loaded function of schedule.kernels[k]. `keep_alive` holds what the
@@ -41,11 +54,17 @@ class Program {
   Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
           std::vector<KernelFn> kernels, std::shared_ptr<void> keep_alive,
           const CompileOptions& options, FallbackFn fallback);
+  // A CUDA program: kernel steps launch `cuda`'s kernels, storages are device memory, extern
+  // steps other than the host fallback are unavailable (the host runs them).
+  Program(const loop::LoopProgram& program, const sched::Schedule& schedule, CudaKernels cuda,
+          const CompileOptions& options, FallbackFn fallback);
   ~Program();
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs) const;
+  std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs,
+                                 const RunContext& ctx = {}) const;
+  Device device() const;
 
   // The input whose storage output `k` views (graph outputs that alias an input), or -1.
   int output_aliases_input(size_t k) const;
@@ -66,6 +85,8 @@ class Program {
   struct Impl;
 
  private:
+  void init(const loop::LoopProgram& program, const sched::Schedule& schedule,
+            const CompileOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,20 +12,23 @@
 namespace coil {
 
 // X(type, name, default, affects_code)
-#define COIL_OPTION_FIELDS(X)                                                           \
-  X(bool, strict, false, false)               /* fallbacks become CompileErrors */      \
-  X(bool, fuse, true, true)                   /* run the fusion scheduler */            \
-  X(bool, inline_pointwise, true, true)       /* inline producers into consumers */     \
-  X(int64_t, max_inline_reads, 8, true)       /* realize when inlining repeats more */  \
-  X(int64_t, parallel_threshold, 32768, true) /* min elements for an OpenMP loop */     \
-  X(int64_t, num_threads, 0, true)            /* 0: OpenMP default */                   \
-  X(std::string, cxx, "g++", true)            /* host compiler */                       \
-  X(std::string, cxx_flags, "-O3 -march=native", true)                                  \
-  X(std::string, cache_dir, "", false)           /* kernel cache; "" = no disk cache */ \
-  X(std::string, debug_dir, "", false)           /* "" = no debug dump */               \
-  X(std::string, runtime_headers_dir, "", true)  /* "" = the build's source tree */     \
-  X(std::string, extern_provider, "auto", false) /* matmul/conv: auto|host|library */   \
-  X(int64_t, seed, -1, false)                    /* rand/randn base seed; -1: nondeterministic */
+#define COIL_OPTION_FIELDS(X)                                                                     \
+  X(bool, strict, false, false)               /* fallbacks become CompileErrors */                \
+  X(bool, fuse, true, true)                   /* run the fusion scheduler */                      \
+  X(bool, inline_pointwise, true, true)       /* inline producers into consumers */               \
+  X(int64_t, max_inline_reads, 8, true)       /* realize when inlining repeats more */            \
+  X(int64_t, parallel_threshold, 32768, true) /* min elements for an OpenMP loop */               \
+  X(int64_t, num_threads, 0, true)            /* 0: OpenMP default */                             \
+  X(std::string, cxx, "g++", true)            /* host compiler */                                 \
+  X(std::string, cxx_flags, "-O3 -march=native", true)                                            \
+  X(std::string, cache_dir, "", false)           /* kernel cache; "" = no disk cache */           \
+  X(std::string, debug_dir, "", false)           /* "" = no debug dump */                         \
+  X(std::string, runtime_headers_dir, "", true)  /* "" = the build's source tree */               \
+  X(std::string, extern_provider, "auto", false) /* matmul/conv: auto|host|library */             \
+  X(int64_t, seed, -1, false)                    /* rand/randn base seed; -1: nondeterministic */ \
+  X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
+  X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
+  X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

@@ -1,23 +1,12 @@
-// Printing sym::Expr as C++ int64 arithmetic (private to the CPU backend).
+// The CPU emitter's names for the shared index-expression printer (backend/common).
 #pragma once
 
-#include <functional>
-#include <string>
-
-#include "coil/sym/expr.h"
+#include "coil/backend/common/cpp_expr.h"
 
 namespace coil::backend::cpu {
 
-// `name` maps a symbol to its C++ variable (nullptr: the sanitized symbol name).
-// FloorDiv / Mod print as `/` / `%` when both operands are provably nonnegative (divisor
-// positive), else through coil::m::floordiv / remainder (Python semantics).
-std::string cpp_index_expr(const sym::Context& ctx, sym::Expr e,
-                           const std::function<std::string(sym::Expr)>& name = nullptr);
-
-// A C++ identifier for a symbol name ("s0" stays "s0").
-std::string cpp_identifier(std::string_view name);
-
-// An int64 literal.
-std::string cpp_int_literal(int64_t v);
+using backend::cpp_identifier;
+using backend::cpp_index_expr;
+using backend::cpp_int_literal;
 
 }  // namespace coil::backend::cpu

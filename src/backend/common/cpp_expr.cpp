@@ -1,8 +1,8 @@
-#include "cpp_expr.h"
+#include "coil/backend/common/cpp_expr.h"
 
 #include "coil/support/error.h"
 
-namespace coil::backend::cpu {
+namespace coil::backend {
 namespace {
 
 using sym::Expr;
@@ -152,4 +152,4 @@ std::string cpp_index_expr(const sym::Context& ctx, sym::Expr e,
   return p.print(e).text;
 }
 
-}  // namespace coil::backend::cpu
+}  // namespace coil::backend

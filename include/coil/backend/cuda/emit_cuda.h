@@ -1,0 +1,59 @@
+// CUDA C++ source for the kernels of a scheduled program: the same LoopProgram + Schedule the
+// C++ emitter consumes (backend/cpu/emit_cpp.h), printed as CUDA for NVRTC.
+//
+// Kernel kinds (docs/cuda-backend.md):
+//   Pointwise  every member is pointwise over exactly the kernel's outer ranges: one element per
+//              thread in a grid-stride loop, the dim the first output is contiguous along
+//              innermost. Entry points <name>_s (scalar) and, when every access along that dim
+//              is contiguous and provably aligned, <name>_v (Vec elements per thread with
+//              128-bit loads and stores; the runtime picks it when the pointers are aligned).
+//   Rows       anything else (reductions, inner loops): one thread group per outer point ("row"),
+//              the members one after another, each looping over its inner range with the
+//              group's threads; reductions combine across the group. Entry points <name>_w (a
+//              warp per row, several rows per block) and <name>_b (the whole block per row);
+//              the runtime picks by row length (launch.h).
+// Index arithmetic is 32-bit when every extent and buffer offset of the kernel is a constant
+// below 2^31, else 64-bit.
+//
+// The ABI: parameters are, in order, the data pointers of `buffers` (a View's base pointer, as
+// the CPU ABI), then every LoopProgram::size_symbols value (int64), then for random kernels
+// the seed and offset (int64).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "coil/sched/schedule.h"
+
+namespace coil::backend::cuda {
+
+enum class KernelKind { Pointwise, Rows };
+
+struct CudaKernel {
+  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b
+  KernelKind kind = KernelKind::Pointwise;
+  std::vector<loop::BufferId> buffers;  // the pointer parameters, in order
+  bool random = false;                  // seed and offset parameters follow the sizes
+  // Pointwise: elements; Rows: number of rows (outer points).
+  sym::Expr work = nullptr;
+  // Rows: the longest inner loop of a member (elements per row); Pointwise: 1.
+  sym::Expr row_size = nullptr;
+  // Pointwise: elements per thread of the _v entry point (0: no _v entry point).
+  int vec = 0;
+};
+
+struct CudaSource {
+  std::string code;                 // prelude + kernels, one translation unit
+  std::vector<CudaKernel> kernels;  // per Schedule::kernels
+};
+
+CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                     const CompileOptions& options);
+
+// The kernels without the prelude (for golden tests and the debug dump).
+std::string strip_prelude(const std::string& code);
+
+// The prelude (runtime_headers/coil/cuda/prelude.cuh + philox.h, embedded at build time).
+const std::string& cuda_prelude();
+
+}  // namespace coil::backend::cuda

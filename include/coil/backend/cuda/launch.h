@@ -1,0 +1,44 @@
+// Launch configurations per kernel kind (emit_cuda.h), from heuristics over the run-time sizes.
+//
+//   Pointwise: 256 threads per block, the _v entry point when it exists and every pointer is
+//              16-byte aligned; at most 32 waves of blocks per SM (the kernels are grid-stride
+//              loops, so more blocks only add scheduling cost).
+//   Rows:      a warp per row (_w, 8 rows per 256-thread block) while rows are at most
+//              kWarpRowLimit elements; longer rows get a whole block (_b) of 256 to 1024
+//              threads, about 8 elements per thread, each block looping over rows.
+// The thresholds are measured choices (docs/decisions.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coil/backend/cuda/driver.h"
+#include "coil/backend/cuda/emit_cuda.h"
+
+namespace coil::backend::cuda {
+
+constexpr int64_t kWarpRowLimit = 1024;
+
+struct LaunchConfig {
+  int entry = 0;  // 0: _s / _w, 1: _v / _b
+  unsigned grid = 1, block = 32;
+};
+
+LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, bool aligned,
+                           const DeviceInfo& dev);
+
+// The small set the runtime measures once per kernel and size (the heuristic's choice first):
+// rows kernels try a warp per row (short rows) and blocks of 128..1024 threads per row;
+// pointwise kernels try 128..1024 threads per block with and without the grid cap.
+std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, int64_t row_size,
+                                            bool aligned, const DeviceInfo& dev);
+
+// Kernels smaller than this many elements (work x row) are launched by the heuristic alone:
+// their time is launch latency, which no configuration changes.
+constexpr int64_t kTuneMinElements = int64_t{1} << 20;
+
+// The entry-point names of a kernel: {_s, _v} or {_w, _b}; "" where absent.
+std::string entry_name(const CudaKernel& k, int entry);
+
+}  // namespace coil::backend::cuda

@@ -1,0 +1,49 @@
+// NVRTC (the CUDA run-time compiler), loaded with dlopen: generated CUDA C++ -> cubin for the
+// device's architecture, cached on disk, then loaded as a module through the driver.
+//
+// Where libnvrtc comes from: options.cuda_nvrtc_path when set (the Python glue points it at the
+// nvidia-cuda-nvrtc wheel PyTorch installs), else the sonames libnvrtc.so.13 / .12 / libnvrtc.so
+// on the loader's path.
+//
+// The cubin cache: <options.cache_dir>/cuda/<sha256>.cubin, the key covering the source (which
+// embeds the prelude), the architecture, the NVRTC version and the compile options.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coil/backend/cuda/driver.h"
+#include "coil/support/options.h"
+
+namespace coil::backend::cuda {
+
+struct CubinResult {
+  std::string cubin;    // the image
+  std::string command;  // "nvrtc <version> <options>"
+  std::string log;      // NVRTC's log (warnings)
+  double seconds = 0;   // compile (or cache lookup) time
+  bool cache_hit = false;
+};
+
+// CompileError with NVRTC's log when the source does not compile, or when NVRTC is missing.
+CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_minor,
+                             const CompileOptions& options);
+
+// "" when NVRTC can be loaded, else why not (one line).
+std::string nvrtc_unavailable_reason(const CompileOptions& options);
+
+// A loaded module; unloaded when the last owner goes.
+class Module {
+ public:
+  explicit Module(const std::string& cubin);  // CompileError on failure
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  CUfunction function(const std::string& name) const;  // CompileError if missing
+
+ private:
+  CUmodule module_ = nullptr;
+};
+
+}  // namespace coil::backend::cuda

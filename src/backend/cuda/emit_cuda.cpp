@@ -1,0 +1,916 @@
+// CUDA emitter: one __global__ function pair per KernelPlan (see emit_cuda.h for the kernel
+// kinds and the ABI).
+#include "coil/backend/cuda/emit_cuda.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "coil/backend/common/cpp_expr.h"
+#include "coil/support/error.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace coil::backend::cuda {
+namespace {
+
+using loop::BufferId;
+using loop::ComputeNode;
+using loop::Instr;
+using loop::InstrId;
+using loop::InstrKind;
+using loop::ReduceKind;
+using sym::Expr;
+
+constexpr const char* kMarker = "// ---- coil kernels ----\n";
+
+std::string ctype(DType t) { return t == DType::Bool ? "uint8_t" : std::string(dtype_ctype(t)); }
+std::string compute_ctype(DType t) { return std::string(dtype_ctype(dtype_compute(t))); }
+bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+std::string float_literal(double v, DType t) {
+  bool is_f32 = dtype_compute(t) == DType::Float32;
+  std::string T = is_f32 ? "float" : "double";
+  if (v != v) return "coil::numeric<" + T + ">::nan()";
+  if (v == __builtin_inf()) return "coil::numeric<" + T + ">::inf()";
+  if (v == -__builtin_inf()) return "(-coil::numeric<" + T + ">::inf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  if (is_f32) return "float(" + s + ")";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k, std::ostringstream& os)
+      : p_(p), ctx_(*p.ctx), k_(k), os_(os) {
+    locals_.insert(k.local_buffers.begin(), k.local_buffers.end());
+    for (int st : k.steps) nodes_.push_back(&std::get<ComputeNode>(p.steps.at(st)));
+  }
+
+  CudaKernel emit() {
+    info_.name = k_.name;
+    collect_params();
+    const size_t k = k_.outer_ranges.size();
+    bool pointwise = std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
+      return !n->is_reduction() && n->ranges.size() == k;
+    });
+    idx_t_ = fits_32bit() ? "int" : "int64_t";
+    header_comment();
+    if (pointwise) {
+      info_.kind = KernelKind::Pointwise;
+      info_.work = product(k_.outer_ranges);
+      info_.row_size = ctx_.one();
+      emit_pointwise();
+    } else {
+      info_.kind = KernelKind::Rows;
+      info_.work = product(k_.outer_ranges);
+      Expr row = ctx_.one();
+      for (const ComputeNode* n : nodes_) row = ctx_.max(row, inner_numel(*n));
+      info_.row_size = row;
+      emit_rows();
+    }
+    return info_;
+  }
+
+ private:
+  // ---------------------------------------------------------------- text helpers
+  void line(std::string s) {
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    if (!s.empty()) os_ << std::string(2 * indent_, ' ');
+    os_ << s << "\n";
+  }
+  void open(const std::string& s) {
+    line(s);
+    ++indent_;
+  }
+  void close(const std::string& s = "}") {
+    --indent_;
+    line(s);
+  }
+  std::string idx(Expr e) {
+    return cpp_index_expr(ctx_, e, [this](Expr s) -> std::string {
+      auto it = sym_names_.find(s);
+      return it != sym_names_.end() ? it->second : cpp_identifier(s->name);
+    });
+  }
+  void set_node_names(const ComputeNode& n) {
+    sym_names_.clear();
+    for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j)
+      sym_names_[n.index_vars[j]] = "x" + std::to_string(j);
+  }
+  const loop::Buffer& buf(BufferId b) const { return p_.buffer(b); }
+  Expr product(const std::vector<Expr>& v, size_t from = 0) {
+    Expr r = ctx_.one();
+    for (size_t i = from; i < v.size(); ++i) r = ctx_.mul(r, v[i]);
+    return r;
+  }
+  Expr inner_numel(const ComputeNode& n) {
+    return ctx_.mul(product(n.ranges, k_.outer_ranges.size()), product(n.reduction_ranges));
+  }
+  std::string ranges_text(const std::vector<Expr>& r) {
+    std::string s = "[";
+    for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + ctx_.str(r[i]);
+    return s + "]";
+  }
+  Expr flat_index(BufferId b, const std::vector<Expr>& index) {
+    const loop::Buffer& B = buf(b);
+    COIL_CHECK(index.size() == B.strides.size())
+        << B.name << ": index rank " << index.size() << " vs " << B.strides.size();
+    Expr e = B.offset ? B.offset : ctx_.zero();
+    for (size_t d = 0; d < index.size(); ++d) e = ctx_.add(e, ctx_.mul(index[d], B.strides[d]));
+    return e;
+  }
+
+  // ---------------------------------------------------------------- parameters
+  void collect_params() {
+    std::set<BufferId> read, written;
+    for (const ComputeNode* n : nodes_) {
+      if (!locals_.count(n->out)) written.insert(n->out);
+      for (const Instr& in : n->body.instrs) {
+        // The rng state lives on the host: its two values become the seed/offset parameters.
+        bool rng = in.kind == InstrKind::Load && in.buffer == p_.rng_state;
+        if (in.kind == InstrKind::Load && !locals_.count(in.buffer) && !rng) read.insert(in.buffer);
+        if (rng || in.kind == InstrKind::Rand || in.kind == InstrKind::Randn) info_.random = true;
+      }
+    }
+    written_ = written;
+    read_ = read;
+    std::set<BufferId> all = read;
+    all.insert(written.begin(), written.end());
+    info_.buffers.assign(all.begin(), all.end());
+  }
+
+  std::string param_list() {
+    std::string s;
+    auto add = [&](const std::string& x) { s += (s.empty() ? "" : ", ") + x; };
+    for (BufferId b : info_.buffers) {
+      const loop::Buffer& B = buf(b);
+      bool w = written_.count(b) > 0;
+      // A buffer this kernel both writes and reads (through other threads of the group) gets
+      // no __restrict__: the compiler must not move its loads across the group barrier.
+      bool rw = w && read_.count(b) > 0;
+      add(std::string(w ? "" : "const ") + ctype(B.dtype) + (rw ? "* " : "* __restrict__ ") +
+          B.name);
+    }
+    for (const auto& ss : p_.size_symbols) add("int64_t " + cpp_identifier(ss.symbol->name));
+    if (info_.random) {
+      add("int64_t rng_seed");
+      add("int64_t rng_offset");
+    }
+    return s;
+  }
+  std::string arg_list() {
+    std::string s;
+    auto add = [&](const std::string& x) { s += (s.empty() ? "" : ", ") + x; };
+    for (BufferId b : info_.buffers) add(buf(b).name);
+    for (const auto& ss : p_.size_symbols) add(cpp_identifier(ss.symbol->name));
+    if (info_.random) {
+      add("rng_seed");
+      add("rng_offset");
+    }
+    return s;
+  }
+
+  // 32-bit index math is safe when every loop extent and every element a buffer access can
+  // reach is a constant below 2^31.
+  bool fits_32bit() {
+    const int64_t limit = int64_t{1} << 31;
+    auto small = [&](Expr e) {
+      auto c = ctx_.as_const(e);
+      return c && *c >= 0 && *c < limit;
+    };
+    if (!small(product(k_.outer_ranges))) return false;
+    for (const ComputeNode* n : nodes_) {
+      if (!small(ctx_.mul(product(n->ranges), product(n->reduction_ranges)))) return false;
+    }
+    for (BufferId b : info_.buffers) {
+      const loop::Buffer& B = buf(b);
+      Expr extent = B.offset ? B.offset : ctx_.zero();
+      for (size_t d = 0; d < B.sizes.size(); ++d) {
+        auto st = ctx_.as_const(B.strides[d]);
+        if (!st) return false;
+        extent = ctx_.add(extent, ctx_.mul(B.sizes[d], ctx_.constant(*st < 0 ? -*st : *st)));
+      }
+      if (!small(extent)) return false;
+    }
+    return true;
+  }
+
+  void header_comment() {
+    line("// " + k_.name + ": outer " + ranges_text(k_.outer_ranges) + ", " +
+         std::to_string(nodes_.size()) + " node(s)");
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      std::string s = "//   step" + std::to_string(k_.steps[m]) + " " + buf(n.out).name + " = ";
+      if (n.is_reduction()) {
+        s += "reduce " + std::string(loop::reduce_kind_name(n.reduce)) + " " +
+             ranges_text(n.ranges) + " over " + ranges_text(n.reduction_ranges);
+      } else {
+        s += "pointwise " + ranges_text(n.ranges);
+      }
+      if (locals_.count(n.out)) s += " (local)";
+      line(s);
+    }
+  }
+
+  // Decomposes the flat position `flat` into the variables `vars` over `ranges` (last fastest,
+  // in the order given).
+  void decompose(const std::string& flat, const std::vector<std::string>& vars,
+                 const std::vector<Expr>& ranges) {
+    const std::string T = idx_t_;
+    if (vars.empty()) return;
+    if (vars.size() == 1) {
+      line("const " + T + " " + vars[0] + " = " + flat + ";");
+      return;
+    }
+    line(T + " rem_ = " + flat + ";");
+    for (size_t j = vars.size(); j-- > 0;) {
+      std::string r = "(" + T + ")(" + idx(ranges[j]) + ")";
+      if (j == 0) {
+        line("const " + T + " " + vars[j] + " = rem_;");
+      } else {
+        line("const " + T + " " + vars[j] + " = rem_ % " + r + ";");
+        line("rem_ /= " + r + ";");
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- pointwise kernels
+  // Loop order: the dims in order, except that the dim along which the first stored buffer is
+  // contiguous goes innermost (adjacent threads then store adjacent elements).
+  std::vector<size_t> pointwise_order() {
+    const size_t k = k_.outer_ranges.size();
+    std::vector<size_t> order(k);
+    for (size_t j = 0; j < k; ++j) order[j] = j;
+    if (k < 2) return order;
+    for (const ComputeNode* n : nodes_) {
+      if (locals_.count(n->out)) continue;
+      Expr flat = flat_index(n->out, n->store_index);
+      for (size_t d = 0; d + 1 < k; ++d) {
+        if (stride_along(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
+          order.erase(order.begin() + d);
+          order.push_back(d);
+          break;
+        }
+      }
+      break;
+    }
+    return order;
+  }
+
+  std::optional<int64_t> stride_along(Expr flat, Expr var) {
+    Expr d = ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat);
+    return ctx_.as_const(d);
+  }
+
+  // Elements per thread of the vector entry point, or 0. Every access must step by 0 or 1
+  // along the innermost dim, the stride-1 ones starting at a multiple of the vector width
+  // (other strides and offsets constant multiples of it), and the innermost extent a multiple.
+  int vector_width(size_t inner) {
+    int max_size = 0;
+    std::vector<std::pair<BufferId, Expr>> accesses;
+    for (const ComputeNode* n : nodes_) {
+      Expr var = n->index_vars.at(inner);
+      for (const Instr& in : n->body.instrs) {
+        if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
+            in.kind == InstrKind::Randn)
+          return 0;
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        if (in.mask >= 0) return 0;
+        Expr flat = flat_index(in.buffer, in.index);
+        auto s = stride_along(flat, var);
+        if (!s || (*s != 0 && *s != 1)) return 0;
+        if (*s == 1) accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      }
+      if (!locals_.count(n->out)) {
+        Expr flat = flat_index(n->out, n->store_index);
+        if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
+        accesses.push_back({n->out, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      }
+    }
+    if (accesses.empty()) return 0;
+    for (auto& [b, start] : accesses) max_size = std::max(max_size, dtype_size(buf(b).dtype));
+    const int vec = std::min(8, 16 / max_size);
+    if (vec < 2) return 0;
+    auto extent = ctx_.as_const(k_.outer_ranges[inner]);
+    if (!extent || *extent % vec != 0) return 0;
+    for (auto& [b, start] : accesses) {
+      // start must be a multiple of vec for every value of the other vars: check the constant
+      // term and each var's coefficient.
+      const ComputeNode* n = nodes_[0];
+      (void)n;
+      auto c0 = ctx_.as_const(ctx_.substitute(start, zero_all_vars()));
+      if (!c0 || *c0 % vec != 0) return 0;
+      for (const ComputeNode* m : nodes_) {
+        for (Expr v : m->index_vars) {
+          if (!ctx_.depends_on(start, v)) continue;
+          auto s = stride_along(start, v);
+          if (!s || *s % vec != 0) return 0;
+        }
+      }
+    }
+    return vec;
+  }
+  std::unordered_map<Expr, Expr> zero_all_vars() {
+    std::unordered_map<Expr, Expr> m;
+    for (const ComputeNode* n : nodes_)
+      for (Expr v : n->index_vars) m[v] = ctx_.zero();
+    return m;
+  }
+
+  void emit_pointwise() {
+    const size_t k = k_.outer_ranges.size();
+    const std::vector<size_t> order = pointwise_order();
+    const std::string T = idx_t_;
+    std::vector<std::string> vars;
+    std::vector<Expr> ranges;
+    for (size_t j : order) {
+      vars.push_back("x" + std::to_string(j));
+      ranges.push_back(k_.outer_ranges[j]);
+    }
+    const std::string numel = idx(product(k_.outer_ranges));
+    // Scalar entry point.
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_s(" + param_list() +
+         ") {");
+    ++indent_;
+    line("const int64_t n_ = " + numel + ";");
+    open(
+        "for (int64_t l_ = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l_ < n_; l_ += "
+        "int64_t(gridDim.x) * blockDim.x) {");
+    decompose("(" + T + ")l_", vars, ranges);
+    for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      set_node_names(n);
+      open("{");
+      std::string v = emit_body(n);
+      emit_store(n, v);
+      close();
+    }
+    close();
+    close();
+    line("");
+    if (k == 0) return;
+    const size_t inner = order.back();
+    const int vec = vector_width(inner);
+    if (vec == 0) return;
+    info_.vec = vec;
+    // Vector entry point: thread t handles `vec` consecutive elements along the inner dim.
+    const std::string V = std::to_string(vec);
+    std::vector<Expr> vranges = ranges;
+    vranges.back() = ctx_.constant(*ctx_.as_const(ranges.back()) / vec);
+    std::string xi = vars.back();
+    std::vector<std::string> vvars = vars;
+    vvars.back() = xi + "_q";
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_v(" + param_list() +
+         ") {");
+    ++indent_;
+    line("const int64_t n_ = " + numel + " / " + V + ";");
+    open(
+        "for (int64_t l_ = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l_ < n_; l_ += "
+        "int64_t(gridDim.x) * blockDim.x) {");
+    decompose("(" + T + ")l_", vvars, vranges);
+    line("const " + T + " " + xi + "_0 = " + xi + "_q * " + V + ";");
+    // Vector loads of the stride-1 accesses, at inner position xi_0.
+    vec_loads_.clear();
+    int nv = 0;
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      set_node_names(n);
+      sym_names_[n.index_vars[inner]] = xi + "_0";
+      for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+        const Instr& in = n.body.instrs[i];
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        Expr flat = flat_index(in.buffer, in.index);
+        if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
+        std::string name = "L" + std::to_string(nv++);
+        const std::string E = ctype(buf(in.buffer).dtype);
+        line("const coil::Vec<" + E + ", " + V + "> " + name + " = *(const coil::Vec<" + E + ", " +
+             V + ">*)(" + buf(in.buffer).name + " + " + idx(flat) + ");");
+        vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+      }
+    }
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      if (locals_.count(n.out)) continue;
+      const std::string E = ctype(buf(n.out).dtype);
+      line("coil::Vec<" + E + ", " + V + "> S" + std::to_string(m) + ";");
+    }
+    line("#pragma unroll");
+    open("for (int u_ = 0; u_ < " + V + "; ++u_) {");
+    line("const " + T + " " + xi + " = " + xi + "_0 + u_;");
+    for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+    vec_mode_ = true;
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      set_node_names(n);
+      member_ = m;
+      open("{");
+      std::string v = emit_body(n);
+      if (locals_.count(n.out)) {
+        emit_store(n, v);
+      } else {
+        line("S" + std::to_string(m) + ".v[u_] = " + store_value(buf(n.out).dtype, v) + ";");
+      }
+      close();
+    }
+    vec_mode_ = false;
+    close();
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      if (locals_.count(n.out)) continue;
+      set_node_names(n);
+      sym_names_[n.index_vars[inner]] = xi + "_0";
+      const std::string E = ctype(buf(n.out).dtype);
+      line("*(coil::Vec<" + E + ", " + V + ">*)(" + buf(n.out).name + " + " +
+           idx(flat_index(n.out, n.store_index)) + ") = S" + std::to_string(m) + ";");
+    }
+    close();
+    close();
+    line("");
+  }
+
+  // ---------------------------------------------------------------- row kernels
+  void emit_rows() {
+    const size_t k = k_.outer_ranges.size();
+    const std::string T = idx_t_;
+    line("template <int G>");
+    line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
+    ++indent_;
+    line("const int g_ = G ? G : blockDim.x;");
+    line("const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;");
+    line("const int64_t rpb_ = blockDim.x / g_;");
+    line("const int64_t rows_ = " + idx(product(k_.outer_ranges)) + ";");
+    open(
+        "for (int64_t row_ = int64_t(blockIdx.x) * rpb_ + threadIdx.x / g_; row_ < rows_; row_ "
+        "+= int64_t(gridDim.x) * rpb_) {");
+    std::vector<std::string> vars;
+    for (size_t j = 0; j < k; ++j) vars.push_back("x" + std::to_string(j));
+    decompose("(" + T + ")row_", vars, k_.outer_ranges);
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      declare_local(m);
+      // One value per row that is also stored: every thread of the group keeps it in a
+      // register, and later members read that instead of the memory lane 0 wrote.
+      const ComputeNode& n = *nodes_[m];
+      if (!locals_.count(n.out) && (n.is_reduction() || n.ranges.size() == k))
+        line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
+    }
+    std::set<BufferId> written_so_far;
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      // A member reading what an earlier member stored (other threads of the group wrote it).
+      bool needs_sync = false;
+      for (const Instr& in : n.body.instrs)
+        if (in.kind == InstrKind::Load && written_so_far.count(root(in.buffer))) needs_sync = true;
+      if (needs_sync) line("coil::group_sync<G>();");
+      if (!locals_.count(n.out)) written_so_far.insert(root(n.out));
+      set_node_names(n);
+      line("// " + buf(n.out).name);
+      open("{");
+      if (n.is_reduction()) {
+        emit_row_reduction(n);
+      } else if (n.ranges.size() == k) {
+        std::string v = emit_body(n);
+        if (locals_.count(n.out)) {
+          emit_store(n, v);
+        } else {
+          keep_row_value(n, v);
+          open("if (lane_ == 0) {");
+          emit_store(n, v);
+          close();
+        }
+      } else {
+        std::vector<std::string> ivars;
+        std::vector<Expr> iranges;
+        for (size_t j = k; j < n.ranges.size(); ++j) {
+          ivars.push_back(cpp_identifier(n.index_vars[j]->name));
+          iranges.push_back(n.ranges[j]);
+        }
+        open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(iranges)) +
+             "); e_ += g_) {");
+        decompose("e_", ivars, iranges);
+        std::string v = emit_body(n);
+        emit_store(n, v);
+        close();
+      }
+      close();
+    }
+    // The next row's members may overwrite what this row's last reads used (locals are
+    // registers, but reductions share slots; group_reduce syncs after itself).
+    close();
+    close();
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_w(" + param_list() +
+         ") {");
+    line("  " + k_.name + "_impl<32>(" + arg_list() + ");");
+    line("}");
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_b(" + param_list() +
+         ") {");
+    line("  " + k_.name + "_impl<0>(" + arg_list() + ");");
+    line("}");
+    line("");
+  }
+
+  BufferId root(BufferId b) {
+    for (int guard = 0; buf(b).kind == loop::BufferKind::View && guard < 1000; ++guard)
+      b = buf(b).view_of;
+    return b;
+  }
+
+  struct ReduceOps {
+    std::string init, op;
+  };
+  ReduceOps reduce_ops(ReduceKind r, DType acc) {
+    std::string A = compute_ctype(acc);
+    bool is_bool = acc == DType::Bool;
+    switch (r) {
+      case ReduceKind::None:
+      case ReduceKind::ArgMax:
+      case ReduceKind::ArgMin:
+        break;
+      case ReduceKind::Sum:
+        return is_bool ? ReduceOps{"false", "OrOp"} : ReduceOps{A + "(0)", "SumOp"};
+      case ReduceKind::Prod:
+        return is_bool ? ReduceOps{"true", "AndOp"} : ReduceOps{A + "(1)", "ProdOp"};
+      case ReduceKind::Max:
+        return is_bool ? ReduceOps{"false", "OrOp"}
+                       : ReduceOps{"coil::numeric<" + A + ">::lowest()", "MaxOp"};
+      case ReduceKind::Min:
+        return is_bool ? ReduceOps{"true", "AndOp"}
+                       : ReduceOps{"coil::numeric<" + A + ">::max()", "MinOp"};
+      case ReduceKind::Any:
+        return {"false", "OrOp"};
+      case ReduceKind::All:
+        return {"true", "AndOp"};
+    }
+    COIL_INTERNAL_ERROR() << "no reduction operator";
+  }
+
+  void emit_row_reduction(const ComputeNode& n) {
+    const std::string T = idx_t_;
+    const DType out_t = buf(n.out).dtype;
+    const Instr& res = n.body.instrs.at(n.body.result);
+    const bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
+    std::vector<std::string> rvars;
+    for (Expr v : n.reduction_vars) rvars.push_back(cpp_identifier(v->name));
+    const std::string count = "(" + T + ")(" + idx(product(n.reduction_ranges)) + ")";
+    if (arg) {
+      const bool mx = n.reduce == ReduceKind::ArgMax;
+      const std::string V = compute_ctype(res.dtype);
+      line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
+      line("int64_t best_index = -1;");
+      open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
+      decompose("e_", rvars, n.reduction_ranges);
+      std::string v = emit_body(n);
+      line("const " + V + " val = " + v + ";");
+      Expr pos = ctx_.zero();
+      for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+        pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+      line("const int64_t pos = " + idx(pos) + ";");
+      line(std::string("if (best_index < 0 || coil::arg_better<") + (mx ? "true" : "false") +
+           ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
+      close();
+      // Threads that saw nothing hold index -1: make them lose every comparison.
+      line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
+           ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
+      line(std::string("coil::group_argreduce<G, ") + (mx ? "true" : "false") +
+           ">(best, best_index);");
+      finish_reduction(n, "best_index");
+      return;
+    }
+    const DType acc_t = out_t;
+    const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
+    const ReduceOps ops = reduce_ops(n.reduce, acc_t);
+    line(A + " acc = " + ops.init + ";");
+    open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
+    decompose("e_", rvars, n.reduction_ranges);
+    std::string v = emit_body(n);
+    std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
+    line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
+    close();
+    line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
+    finish_reduction(n, "acc");
+  }
+
+  void finish_reduction(const ComputeNode& n, const std::string& v) {
+    if (locals_.count(n.out)) {
+      emit_store(n, v);
+      return;
+    }
+    keep_row_value(n, v);
+    open("if (lane_ == 0) {");
+    emit_store(n, v);
+    close();
+  }
+
+  // ---------------------------------------------------------------- stores and locals
+  // The register copy of a stored one-per-row value (declared in emit_rows), rounded as the
+  // stored value is; loads of exactly that element by later members read the register.
+  void keep_row_value(const ComputeNode& n, const std::string& v) {
+    DType t = buf(n.out).dtype;
+    std::string val = v;
+    if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
+    if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
+    if (t == DType::Bool) val = "bool(" + v + ")";
+    line(local_name(n.out) + " = " + val + ";");
+    row_values_[n.out] = idx(flat_index(n.out, n.store_index));
+  }
+
+  std::string local_name(BufferId b) { return buf(b).name + "_v"; }
+  void declare_local(size_t m) {
+    const ComputeNode& n = *nodes_[m];
+    if (locals_.count(n.out)) line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
+  }
+  std::string store_value(DType t, const std::string& v) {
+    if (t == DType::BFloat16) return "coil::to_bf16(" + v + ")";
+    if (t == DType::Float16) return "coil::to_half(" + v + ")";
+    return ctype(t) + "(" + v + ")";
+  }
+  void emit_store(const ComputeNode& n, const std::string& v) {
+    DType t = buf(n.out).dtype;
+    if (locals_.count(n.out)) {
+      std::string val = v;
+      if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
+      if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
+      line(local_name(n.out) + " = " + val + ";");
+      return;
+    }
+    line(buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) +
+         "] = " + store_value(t, v) + ";");
+  }
+
+  // ---------------------------------------------------------------- bodies
+  std::string tmp(InstrId i) { return "v" + std::to_string(i); }
+
+  std::string emit_body(const ComputeNode& n) {
+    const loop::Body& b = n.body;
+    COIL_CHECK(b.result >= 0 && b.result < static_cast<int>(b.instrs.size()))
+        << buf(n.out).name << ": body without a result";
+    for (size_t i = 0; i < b.instrs.size(); ++i) {
+      const Instr& in = b.instrs[i];
+      line("const " + compute_ctype(in.dtype) + " " + tmp(static_cast<InstrId>(i)) + " = " +
+           instr_expr(b, static_cast<InstrId>(i)) + ";");
+      if (in.kind == InstrKind::Indirect)
+        line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
+    }
+    return tmp(b.result);
+  }
+
+  std::string operand(const Instr& in, int k) {
+    COIL_CHECK(in.operands[k] >= 0)
+        << "missing operand " << k << " of " << loop::instr_kind_name(in.kind);
+    return tmp(in.operands[k]);
+  }
+
+  std::string instr_expr(const loop::Body& b, InstrId id) {
+    const Instr& in = b.instrs[id];
+    const std::string T = compute_ctype(in.dtype);
+    const bool fp = dtype_is_floating(in.dtype);
+    auto a = [&] { return operand(in, 0); };
+    auto bb = [&] { return operand(in, 1); };
+    auto c = [&] { return operand(in, 2); };
+    auto call1 = [&](const char* f) {
+      return std::string("coil::m::") + f + "(" + T + "(" + a() + "))";
+    };
+    auto call2 = [&](const char* f) {
+      return std::string("coil::m::") + f + "(" + T + "(" + a() + "), " + T + "(" + bb() + "))";
+    };
+    auto bin = [&](const char* op) { return T + "(" + a() + " " + op + " " + bb() + ")"; };
+    auto cmp = [&](const char* op) { return "(" + a() + " " + op + " " + bb() + ")"; };
+    auto opd_integral = [&](int k) {
+      return !dtype_is_floating(b.instrs.at(in.operands[k]).dtype);
+    };
+    switch (in.kind) {
+      case InstrKind::Load:
+        return load_expr(in, id);
+      case InstrKind::Constant:
+        if (fp) return float_literal(in.fvalue, in.dtype);
+        if (in.dtype == DType::Bool) return in.ivalue ? "true" : "false";
+        return T + "(" + cpp_int_literal(in.ivalue) + ")";
+      case InstrKind::IndexExpr:
+        return T + "(" + idx(in.expr) + ")";
+      case InstrKind::Cast:
+        if (in.dtype == DType::Bool) return "(" + a() + " != 0)";
+        if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + a() + "))";
+        if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + a() + "))";
+        return T + "(" + a() + ")";
+      case InstrKind::Rand:
+      case InstrKind::Randn:
+        return std::string(in.kind == InstrKind::Rand ? "coil::rand_uniform"
+                                                      : "coil::rand_normal") +
+               "(uint64_t(" + a() + "), uint64_t(rng_offset + " + idx(in.expr) + "))";
+      case InstrKind::Indirect:
+        return "int64_t(" + a() + ")";
+      case InstrKind::Neg:
+        return T + "(-" + a() + ")";
+      case InstrKind::Abs:
+        return in.dtype == DType::Bool ? a() : call1("abs");
+      case InstrKind::Exp:
+        return call1("exp");
+      case InstrKind::Exp2:
+        return call1("exp2");
+      case InstrKind::Expm1:
+        return call1("expm1");
+      case InstrKind::Log:
+        return call1("log");
+      case InstrKind::Log2:
+        return call1("log2");
+      case InstrKind::Log10:
+        return call1("log10");
+      case InstrKind::Log1p:
+        return call1("log1p");
+      case InstrKind::Sqrt:
+        return call1("sqrt");
+      case InstrKind::Rsqrt:
+        return call1("rsqrt");
+      case InstrKind::Reciprocal:
+        return call1("reciprocal");
+      case InstrKind::Sin:
+        return call1("sin");
+      case InstrKind::Cos:
+        return call1("cos");
+      case InstrKind::Tan:
+        return call1("tan");
+      case InstrKind::Asin:
+        return call1("asin");
+      case InstrKind::Acos:
+        return call1("acos");
+      case InstrKind::Atan:
+        return call1("atan");
+      case InstrKind::Sinh:
+        return call1("sinh");
+      case InstrKind::Cosh:
+        return call1("cosh");
+      case InstrKind::Tanh:
+        return call1("tanh");
+      case InstrKind::Asinh:
+        return call1("asinh");
+      case InstrKind::Acosh:
+        return call1("acosh");
+      case InstrKind::Atanh:
+        return call1("atanh");
+      case InstrKind::Sigmoid:
+        return call1("sigmoid");
+      case InstrKind::Erf:
+        return call1("erf");
+      case InstrKind::Erfc:
+        return call1("erfc");
+      case InstrKind::Erfinv:
+        return call1("erfinv");
+      case InstrKind::Lgamma:
+        return call1("lgamma");
+      case InstrKind::Floor:
+        return fp ? call1("floor") : a();
+      case InstrKind::Ceil:
+        return fp ? call1("ceil") : a();
+      case InstrKind::Round:
+        return fp ? call1("round") : a();
+      case InstrKind::Trunc:
+        return fp ? call1("trunc") : a();
+      case InstrKind::Sign:
+        return in.dtype == DType::Bool ? a() : call1("sign");
+      case InstrKind::IsNan:
+        return opd_integral(0) ? "false" : "coil::m::isnan(" + a() + ")";
+      case InstrKind::IsInf:
+        return opd_integral(0) ? "false" : "coil::m::isinf(" + a() + ")";
+      case InstrKind::LogicalNot:
+        return "(!" + a() + ")";
+      case InstrKind::BitwiseNot:
+        return in.dtype == DType::Bool ? "(!" + a() + ")" : T + "(~" + a() + ")";
+      case InstrKind::Add:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : bin("+");
+      case InstrKind::Sub:
+        return bin("-");
+      case InstrKind::Mul:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : bin("*");
+      case InstrKind::Div:
+        return fp ? bin("/") : call2("truncdiv");
+      case InstrKind::FloorDiv:
+        return call2("floordiv");
+      case InstrKind::TruncDiv:
+        return call2("truncdiv");
+      case InstrKind::Remainder:
+        return call2("remainder");
+      case InstrKind::Fmod:
+        return call2("fmod");
+      case InstrKind::Pow:
+        return call2("pow");
+      case InstrKind::Maximum:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : call2("maximum");
+      case InstrKind::Minimum:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : call2("minimum");
+      case InstrKind::Atan2:
+        return call2("atan2");
+      case InstrKind::Hypot:
+        return call2("hypot");
+      case InstrKind::CopySign:
+        return call2("copysign");
+      case InstrKind::Eq:
+        return cmp("==");
+      case InstrKind::Ne:
+        return cmp("!=");
+      case InstrKind::Lt:
+        return cmp("<");
+      case InstrKind::Le:
+        return cmp("<=");
+      case InstrKind::Gt:
+        return cmp(">");
+      case InstrKind::Ge:
+        return cmp(">=");
+      case InstrKind::LogicalAnd:
+        return "(bool(" + a() + ") && bool(" + bb() + "))";
+      case InstrKind::LogicalOr:
+        return "(bool(" + a() + ") || bool(" + bb() + "))";
+      case InstrKind::LogicalXor:
+        return "(bool(" + a() + ") != bool(" + bb() + "))";
+      case InstrKind::BitwiseAnd:
+        return in.dtype == DType::Bool ? "(" + a() + " && " + bb() + ")" : bin("&");
+      case InstrKind::BitwiseOr:
+        return in.dtype == DType::Bool ? "(" + a() + " || " + bb() + ")" : bin("|");
+      case InstrKind::BitwiseXor:
+        return in.dtype == DType::Bool ? "(" + a() + " != " + bb() + ")" : bin("^");
+      case InstrKind::ShiftLeft:
+        return call2("shift_left");
+      case InstrKind::ShiftRight:
+        return call2("shift_right");
+      case InstrKind::Where:
+        return "(" + a() + " ? " + T + "(" + bb() + ") : " + T + "(" + c() + "))";
+    }
+    COIL_INTERNAL_ERROR() << "unhandled instruction kind";
+  }
+
+  std::string load_expr(const Instr& in, InstrId id) {
+    const std::string T = compute_ctype(in.dtype);
+    std::string v;
+    auto rv = row_values_.find(in.buffer);
+    if (locals_.count(in.buffer)) {
+      v = local_name(in.buffer);
+    } else if (rv != row_values_.end() && idx(flat_index(in.buffer, in.index)) == rv->second) {
+      v = local_name(in.buffer);
+    } else if (in.buffer == p_.rng_state) {
+      auto pos = in.index.size() == 1 ? ctx_.as_const(in.index[0]) : std::nullopt;
+      COIL_CHECK(pos && (*pos == 0 || *pos == 1)) << "rng state read at a non-constant index";
+      v = *pos == 0 ? "rng_seed" : "rng_offset";
+    } else {
+      const loop::Buffer& B = buf(in.buffer);
+      auto it = vec_mode_ ? vec_loads_.find({member_, id}) : vec_loads_.end();
+      if (it != vec_loads_.end()) {
+        v = it->second + ".v[u_]";
+      } else {
+        v = B.name + "[" + idx(flat_index(in.buffer, in.index)) + "]";
+      }
+      if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
+      if (B.dtype == DType::Bool) v = "(" + v + " != 0)";
+    }
+    if (in.mask >= 0) {
+      // The masked-off element is not read at all (it may lie outside the buffer).
+      return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
+    }
+    return v;
+  }
+
+  const loop::LoopProgram& p_;
+  sym::Context& ctx_;
+  const sched::KernelPlan& k_;
+  std::ostringstream& os_;
+  std::set<BufferId> locals_;
+  std::set<BufferId> written_, read_;
+  std::unordered_map<BufferId, std::string> row_values_;  // buffer -> printed element index
+  std::vector<const ComputeNode*> nodes_;
+  std::unordered_map<Expr, std::string> sym_names_;
+  std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
+  bool vec_mode_ = false;
+  size_t member_ = 0;
+  std::string idx_t_ = "int64_t";
+  CudaKernel info_;
+  int indent_ = 0;
+};
+
+}  // namespace
+
+CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
+                     const CompileOptions& options) {
+  COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
+  (void)options;
+  std::ostringstream os;
+  os << cuda_prelude() << kMarker;
+  os << "// Generated by coil (backend/cuda/emit_cuda): " << schedule.kernels.size()
+     << " kernel(s).\n";
+  CudaSource src;
+  for (const sched::KernelPlan& k : schedule.kernels)
+    src.kernels.push_back(KernelEmitter(program, k, os).emit());
+  src.code = os.str();
+  return src;
+}
+
+std::string strip_prelude(const std::string& code) {
+  size_t at = code.find(kMarker);
+  return at == std::string::npos ? code : code.substr(at + std::string(kMarker).size());
+}
+
+}  // namespace coil::backend::cuda

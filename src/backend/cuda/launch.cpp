@@ -1,0 +1,77 @@
+#include "coil/backend/cuda/launch.h"
+
+#include <algorithm>
+
+namespace coil::backend::cuda {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+unsigned clamp_grid(int64_t blocks, int64_t limit) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, limit)));
+}
+}  // namespace
+
+std::string entry_name(const CudaKernel& k, int entry) {
+  if (k.kind == KernelKind::Pointwise) {
+    if (entry == 1 && k.vec == 0) return "";
+    return k.name + (entry == 0 ? "_s" : "_v");
+  }
+  return k.name + (entry == 0 ? "_w" : "_b");
+}
+
+LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, bool aligned,
+                           const DeviceInfo& dev) {
+  LaunchConfig c;
+  const int64_t sms = std::max(1, dev.sm_count);
+  if (k.kind == KernelKind::Pointwise) {
+    int64_t threads = work;
+    if (k.vec > 0 && aligned) {
+      c.entry = 1;
+      threads = work / k.vec;
+    }
+    c.block = 256;
+    c.grid = clamp_grid(ceil_div(threads, c.block), sms * 32);
+    return c;
+  }
+  if (row_size <= kWarpRowLimit) {
+    c.entry = 0;
+    c.block = 256;
+    c.grid = clamp_grid(ceil_div(work, c.block / 32), sms * 64);
+    return c;
+  }
+  c.entry = 1;
+  int64_t t = 256;
+  while (t < 1024 && t * 8 < row_size) t *= 2;
+  c.block = static_cast<unsigned>(t);
+  c.grid = clamp_grid(work, sms * (2048 / t) * 4);
+  return c;
+}
+
+std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, int64_t row_size,
+                                            bool aligned, const DeviceInfo& dev) {
+  std::vector<LaunchConfig> out{choose_launch(k, work, row_size, aligned, dev)};
+  auto add = [&](LaunchConfig c) {
+    for (const auto& o : out)
+      if (o.entry == c.entry && o.block == c.block && o.grid == c.grid) return;
+    out.push_back(c);
+  };
+  const int64_t sms = std::max(1, dev.sm_count);
+  if (k.kind == KernelKind::Pointwise) {
+    const int entry = out[0].entry;
+    const int64_t threads = entry == 1 ? work / k.vec : work;
+    for (int64_t b : {128, 256, 512, 1024}) {
+      add({entry, clamp_grid(ceil_div(threads, b), sms * 32), static_cast<unsigned>(b)});
+      add({entry, clamp_grid(ceil_div(threads, b), int64_t{2147483647}), static_cast<unsigned>(b)});
+    }
+    return out;
+  }
+  if (row_size <= 4 * kWarpRowLimit) {
+    for (int64_t b : {128, 256, 512})
+      add({0, clamp_grid(ceil_div(work, b / 32), sms * 64), static_cast<unsigned>(b)});
+  }
+  for (int64_t t : {128, 256, 512, 1024})
+    add({1, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
+  return out;
+}
+
+}  // namespace coil::backend::cuda

@@ -1,0 +1,55 @@
+// The CUDA side of a Program (private to the runtime): launching generated kernels with their
+// launch configuration, device allocations, and device copies of host-fallback results.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coil/backend/cuda/launch.h"
+#include "coil/backend/cuda/nvrtc.h"
+#include "coil/runtime/program.h"
+#include "size_expr.h"
+
+namespace coil::runtime::detail {
+
+class CudaSteps {
+ public:
+  CudaSteps(CudaKernels kernels, SizeCompiler& sc, const CompileOptions& options);
+
+  // Launches kernel k on `stream` (bufs: per BufferId base pointers; env: evaluated slots, the
+  // first `num_size_symbols` are the kernels' size parameters; rng: {seed, offset}).
+  void launch(int k, const std::vector<void*>& bufs, const int64_t* env, const SizeCode* code,
+              int num_size_symbols, const int64_t rng[2], void* stream) const;
+
+  // A device block: through ctx.allocate (PyTorch's caching allocator) when given, else
+  // cuMemAlloc (freed with cuMemFree when the owner goes).
+  std::shared_ptr<void> allocate(size_t bytes, const RunContext& ctx, void** ptr) const;
+
+  // dst = src on the device (same dtype and sizes, any strides).
+  void copy(const RuntimeTensor& src, const RuntimeTensor& dst, void* stream) const;
+
+  const backend::cuda::DeviceInfo& device() const { return *kernels_.device; }
+
+ private:
+  struct Launch {
+    SizeExpr work, row_size;
+  };
+  // The measured best configuration for kernel k at these sizes (memory, then the disk cache,
+  // then measuring launch_candidates on `stream`; every candidate recomputes the same output).
+  backend::cuda::LaunchConfig tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
+                                    void* stream) const;
+  mutable std::mutex tune_mu_;
+  mutable std::map<std::string, backend::cuda::LaunchConfig> tuned_;
+  CudaKernels kernels_;
+  std::vector<Launch> launches_;
+  CompileOptions options_;
+  mutable std::once_flag copy_once_;
+  mutable std::shared_ptr<backend::cuda::Module> copy_module_;
+  mutable std::array<backend::cuda::CUfunction, 4> copy_fns_{};
+};
+
+}  // namespace coil::runtime::detail

@@ -1,0 +1,171 @@
+// The CUDA emitter on this (possibly GPU-less) machine: kernel kinds and entry points, the
+// golden text of a softmax kernel, and — where libnvrtc can be loaded (COIL_TEST_NVRTC names
+// it, else the sonames) — an NVRTC compile of every generated source for sm_90. Running the
+// kernels is the GPU tests' job (tests/python/test_cuda_*.py).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "../sched/test_programs.h"
+#include "coil/backend/cuda/emit_cuda.h"
+#include "coil/backend/cuda/launch.h"
+#include "coil/backend/cuda/nvrtc.h"
+#include "coil/graph/parser.h"
+#include "coil/lower/lower.h"
+#include "coil/sched/align.h"
+#include "coil/sched/schedule.h"
+
+namespace coil::testing {
+namespace {
+
+using backend::cuda::CudaSource;
+using backend::cuda::KernelKind;
+
+CudaSource emit(const loop::LoopProgram& p) {
+  CompileOptions o;
+  sched::Schedule s = sched::schedule_program(p, o);
+  return backend::cuda::emit_cuda(p, s, o);
+}
+
+CompileOptions nvrtc_options() {
+  CompileOptions o;
+  if (const char* path = std::getenv("COIL_TEST_NVRTC")) o.cuda_nvrtc_path = path;
+  return o;
+}
+
+// Compiles for sm_90 when NVRTC is here; skips visibly otherwise.
+void expect_compiles(const CudaSource& src) {
+  CompileOptions o = nvrtc_options();
+  std::string why = backend::cuda::nvrtc_unavailable_reason(o);
+  if (!why.empty()) GTEST_SKIP() << "NVRTC not available: " << why;
+  backend::cuda::CubinResult r;
+  ASSERT_NO_THROW(r = backend::cuda::compile_to_cubin(src.code, 9, 0, o))
+      << backend::cuda::strip_prelude(src.code);
+  EXPECT_GT(r.cubin.size(), 1000u);
+}
+
+TEST(EmitCuda, SoftmaxIsOneRowKernel) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(8), b.c(16));
+  CudaSource src = emit(b.p);
+  ASSERT_EQ(src.kernels.size(), 1u);
+  EXPECT_EQ(src.kernels[0].kind, KernelKind::Rows);
+  EXPECT_EQ(b.ctx().as_const(src.kernels[0].work), std::optional<int64_t>(8));
+  EXPECT_EQ(b.ctx().as_const(src.kernels[0].row_size), std::optional<int64_t>(16));
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  EXPECT_NE(code.find("kernel0_w("), std::string::npos);
+  EXPECT_NE(code.find("kernel0_b("), std::string::npos);
+  EXPECT_NE(code.find("group_reduce<G, coil::MaxOp>"), std::string::npos);
+  EXPECT_NE(code.find("group_reduce<G, coil::SumOp>"), std::string::npos);
+  // Golden text (regenerate with COIL_UPDATE_GOLDEN=1).
+  const std::string path = std::string(COIL_SOURCE_DIR) + "/tests/golden/backend_cuda/softmax.cu";
+  if (std::getenv("COIL_UPDATE_GOLDEN")) std::ofstream(path) << code;
+  std::ifstream in(path);
+  std::stringstream want;
+  want << in.rdbuf();
+  EXPECT_EQ(code, want.str());
+  expect_compiles(src);
+}
+
+TEST(EmitCuda, SymbolicSoftmaxUses64BitIndexAndCompiles) {
+  ProgramBuilder b;
+  Expr R = b.size_symbol("s0", 0, 0), C = b.size_symbol("s1", 0, 1);
+  build_softmax(b, R, C, DType::BFloat16);
+  CudaSource src = emit(b.p);
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  EXPECT_NE(code.find("int64_t s0"), std::string::npos);
+  EXPECT_NE(code.find("coil::to_f32("), std::string::npos);
+  EXPECT_NE(code.find("coil::to_bf16("), std::string::npos);
+  expect_compiles(src);
+}
+
+TEST(EmitCuda, ContiguousPointwiseGetsVectorEntryPoint) {
+  ProgramBuilder b;
+  build_pointwise_chain(b, b.c(64), b.c(128));
+  CudaSource src = emit(b.p);
+  ASSERT_FALSE(src.kernels.empty());
+  for (const auto& k : src.kernels) {
+    EXPECT_EQ(k.kind, KernelKind::Pointwise);
+    EXPECT_EQ(k.vec, 4) << k.name;
+  }
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  EXPECT_NE(code.find("coil::Vec<float, 4>"), std::string::npos);
+  EXPECT_NE(code.find("const int x"), std::string::npos) << "32-bit indexing expected";
+  expect_compiles(src);
+}
+
+TEST(EmitCuda, LayerNormAndTransposesCompile) {
+  ProgramBuilder b1;
+  build_layer_norm(b1, b1.c(32), b1.c(1000));
+  CudaSource ln = emit(b1.p);
+  ASSERT_EQ(ln.kernels.size(), 1u);
+  EXPECT_EQ(ln.kernels[0].kind, KernelKind::Rows);
+  expect_compiles(ln);
+  ProgramBuilder b2;
+  build_transposes(b2, b2.c(33), b2.c(65));
+  CudaSource tr = emit(b2.p);
+  expect_compiles(tr);
+}
+
+// Graph text through lowering and scheduling, as compile_graph does.
+CudaSource emit_graph(const std::string& text) {
+  sym::Context ctx;
+  auto g = parse_graph(text, ctx);
+  CompileOptions o;
+  auto lowered = lower::lower_graph(*g, o);
+  sched::align_iteration_spaces(lowered.program);
+  sched::Schedule s = sched::schedule_program(lowered.program, o);
+  return backend::cuda::emit_cuda(lowered.program, s, o);
+}
+
+TEST(EmitCuda, LoweredGraphsCompile) {
+  const char* graphs[] = {
+      "graph(%0: f32[1000]@cuda, %1: f32[1000]@cuda):\n"
+      "  %2: f32[1000]@cuda = aten.mul.Tensor(%0, 2)\n"
+      "  %3: f32[1000]@cuda = aten.add.Tensor(%2, %1)\n"
+      "  %4: f32[1000]@cuda = aten.sigmoid.default(%3)\n"
+      "  return (%4)\n",
+      "graph(%0: f32[33, 70]@cuda):\n"
+      "  %1: f32[33]@cuda = aten.sum.dim_IntList(%0, [-1])\n"
+      "  return (%1)\n",
+  };
+  for (const char* text : graphs) {
+    CudaSource src;
+    ASSERT_NO_THROW(src = emit_graph(text)) << text;
+    expect_compiles(src);
+  }
+}
+
+TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
+  backend::cuda::DeviceInfo dev;
+  dev.sm_count = 132;
+  backend::cuda::CudaKernel rows;
+  rows.kind = KernelKind::Rows;
+  auto short_rows = backend::cuda::choose_launch(rows, 4096, 512, true, dev);
+  EXPECT_EQ(short_rows.entry, 0);
+  EXPECT_EQ(short_rows.grid * (short_rows.block / 32), 4096u);
+  auto long_rows = backend::cuda::choose_launch(rows, 64, 32768, true, dev);
+  EXPECT_EQ(long_rows.entry, 1);
+  EXPECT_EQ(long_rows.block, 1024u);
+  backend::cuda::CudaKernel pw;
+  pw.kind = KernelKind::Pointwise;
+  pw.vec = 4;
+  EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, true, dev).entry, 1);
+  EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, false, dev).entry, 0);
+  // The measured set starts with the heuristic's choice and tries every block size.
+  auto cands = backend::cuda::launch_candidates(rows, 4096, 2048, true, dev);
+  ASSERT_GE(cands.size(), 5u);
+  auto first = backend::cuda::choose_launch(rows, 4096, 2048, true, dev);
+  EXPECT_EQ(cands[0].entry, first.entry);
+  EXPECT_EQ(cands[0].block, first.block);
+  std::set<unsigned> blocks;
+  for (const auto& c : cands)
+    if (c.entry == 1) blocks.insert(c.block);
+  EXPECT_EQ(blocks, (std::set<unsigned>{128, 256, 512, 1024}));
+}
+
+}  // namespace
+}  // namespace coil::testing
