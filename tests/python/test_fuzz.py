@@ -25,6 +25,10 @@ from fuzz import runner  # noqa: E402
 # The CI run: about 1.5 s per program on one core (most of it Dynamo + AOTAutograd + g++).
 FUZZ_SEEDS = range(0, 40)
 FUZZ_SLOW_SEEDS = range(1000, 1600)
+# Open bugs the fuzzer found, kept as strict expected failures until fixed (docs/fuzzing.md):
+# seed 23 became reachable when dynamic shapes landed (before, dynamic=True graphs fell back):
+# the second call of a dynamic f16 graph with an expanded input gives a wrong gradient.
+KNOWN_WRONG = {23: "dynamic f16 graph, expanded input: wrong gradient on the second call"}
 
 
 def _check_seed(seed: int) -> None:
@@ -36,7 +40,9 @@ def _check_seed(seed: int) -> None:
         + prog.reproducer())
 
 
-@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+@pytest.mark.parametrize("seed", [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[s]))
+    if s in KNOWN_WRONG else s for s in FUZZ_SEEDS])
 def test_fuzz_seed(real_coil, seed):
     _check_seed(seed)
 
