@@ -79,7 +79,12 @@ class SymBinder:
     scalars: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        self._byte = torch.zeros(1, dtype=torch.uint8)
+        # Backward graphs are compiled while AOTAutograd's FakeTensorMode is active; a tensor
+        # made then would be fake, and the first backward call would fail on its data pointer.
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            self._byte = torch.zeros(1, dtype=torch.uint8)
 
     def env(self, args: Sequence[Any]) -> dict[str, int]:
         out = {}

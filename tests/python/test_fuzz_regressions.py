@@ -98,3 +98,24 @@ def test_half_comparison_rounds_the_scalar(real_coil, dtype):
     x = torch.tensor([-0.0708, -1.34, 0.1, 0.3, 2.7], dtype=dtype)
     check(lambda x: (torch.ge(x, -0.0708), x < 0.1, x == 0.3, x > 2.7, x <= torch.tensor(0.1)),
           x)
+
+
+
+def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
+    # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
+    # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first
+    # backward call failed on the fake tensor's data pointer, and so did the eager fallback:
+    # the user's program died.
+    def f(x):
+        return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1),)
+
+    check(f, torch.randn(6, 6, 8), dynamic=True, grad=True)
+
+
+@pytest.mark.xfail(strict=True, reason="open: seed 23, dynamic graph returning a view of an "
+                   "expanded input gets a wrong input gradient (docs/fuzzing.md)")
+def test_dynamic_view_output_of_expanded_input_gradient(real_coil):
+    def f(x):
+        return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1), x.reshape((6, 6, -1)))
+
+    check(f, torch.randn(1, 6, 8).expand(6, 6, 8), dynamic=True, grad=True)
