@@ -2,7 +2,8 @@
 # Installs what coil needs and builds it. Idempotent: skips what is already there, so it also
 # works without network access when the packages are present.
 #   Debian packages: g++, ninja, ccache, OpenBLAS, GoogleTest, clang-format
-#   Python packages: torch 2.13.0 (CPU build), nanobind, scikit-build-core, pytest
+#   Python packages: torch 2.13.0 (CPU build), nanobind, scikit-build-core, pytest, expecttest
+#   (PyTorch's OpInfo database, used by tests/python/test_opinfo.py, imports it)
 #   Build: the C++ core + the _coil extension, installed editable (so the "coil" backend is
 #   registered through its entry point), and the gtest executables.
 set -euo pipefail
@@ -31,7 +32,7 @@ if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.
   log "installing torch==2.13.0 (CPU build)"
   pip_install torch==2.13.0
 fi
-for mod in nanobind scikit_build_core pytest ninja cmake; do
+for mod in nanobind scikit_build_core pytest ninja cmake expecttest; do
   if ! "$PY" -c "import $mod" 2>/dev/null; then
     pkg=${mod//_/-}
     log "installing $pkg"
