@@ -49,6 +49,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -836,7 +837,10 @@ def write_table(args) -> None:
     path = Path(args.results)
     recs = load_results(path)
     meta = json.loads(path.with_suffix(".meta.json").read_text())
-    Path(args.write).write_text(render_table(recs, meta))
+    # Error messages carry the C++ source paths of the build (__FILE__); the committed table
+    # names them relative to the checkout, so it does not depend on where the sweep ran.
+    text = re.sub(r"/\S*?/(src|include|python|tools)/", r"\1/", render_table(recs, meta))
+    Path(args.write).write_text(text)
     print(f"wrote {args.write}")
 
 
