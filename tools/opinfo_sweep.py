@@ -577,6 +577,107 @@ def load_results(path: Path) -> dict[tuple, dict]:
     return recs
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cap_differs(rec, args) -> bool:
+    # Imported records (cap unknown, see load_baseline) count as done; --redo reruns them.
+    cap = rec.get("max_samples")
+    return cap is not None and cap != args.max_samples
+
+
+def _baseline_of(args) -> Path | None:
+    """The committed results beside the table: docs/op_coverage.md -> docs/op_coverage.jsonl.
+
+    build/ is not committed, so the table's source has to be: a later sweep of some entries on
+    another checkout merges into it instead of dropping every other row."""
+    if getattr(args, "baseline", None) == "":
+        return None
+    if getattr(args, "baseline", None):
+        return Path(args.baseline)
+    return Path(args.write).with_suffix(".jsonl") if args.write else None
+
+
+_MODES = {"fallback": "f", "strict": "s"}
+
+
+def compact(rec: dict) -> dict:
+    """The committed form of a record: outcome, first reason, per-sample outcome counts, in
+    short keys (op, v variant, m mode f/s, s status, r reason, n sample outcomes, cap the
+    sample cap, d derived, t time, i imported without per-sample outcomes)."""
+    out = {"op": rec["op"], "v": rec["variant"], "m": _MODES[rec["mode"]], "s": rec["status"]}
+    if rec.get("reason") and rec["status"] != "pass":
+        out["r"] = rec["reason"][:200]
+    if "samples" in rec:
+        out["n"] = dict(sorted(collections.Counter(
+            s["status"] for s in rec["samples"] if s).items()))
+    elif "n" in rec:
+        out["n"] = rec["n"]
+    for long, short in (("max_samples", "cap"), ("derived", "d"), ("t", "t"), ("imported", "i")):
+        if rec.get(long) is not None:
+            out[short] = rec[long]
+    return out
+
+
+def expand(c: dict) -> dict:
+    """compact's inverse (without the per-sample detail)."""
+    rec = {"op": c["op"], "variant": c["v"], "mode": {v: k for k, v in _MODES.items()}[c["m"]],
+           "status": c["s"], "reason": c.get("r", ""), "max_samples": c.get("cap")}
+    for long, short in (("n", "n"), ("derived", "d"), ("t", "t"), ("imported", "i")):
+        if short in c:
+            rec[long] = c[short]
+    return rec
+
+
+def load_baseline(path: Path | None) -> tuple[dict, dict]:
+    """(records, meta) of the committed results (`<table>.jsonl`: meta on the first line, then
+    one line per (entry, variant, mode))."""
+    if path is None or not path.exists():
+        return {}, {}
+    meta, recs = {}, {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        c = json.loads(line)
+        if "meta" in c:
+            meta = c["meta"]
+            continue
+        r = expand(c)
+        recs[(r["op"], r["variant"], r["mode"])] = r
+    # Entries: name -> [core?, supported variants]; the sweep's meta keeps them as dicts.
+    meta["entries"] = {n: {"core": bool(e[0]), "variants": {v: True for v in e[1]}}
+                       for n, e in meta.get("entries", {}).items()}
+    return recs, meta
+
+
+def load_merged(path: Path, baseline: Path | None) -> tuple[dict, dict]:
+    """The committed results overlaid with this checkout's (a later record wins; a local
+    record without a time stamp is taken as the later one)."""
+    recs, meta = load_baseline(baseline)
+    for key, r in load_results(path).items():
+        old = recs.get(key)
+        if old is None or r.get("t", "~") >= old.get("t", ""):
+            recs[key] = r
+    local_path = path.with_suffix(".meta.json")
+    local = json.loads(local_path.read_text()) if local_path.exists() else {}
+    merged = {"entries": dict(meta.get("entries", {})), "runs": list(meta.get("runs", []))}
+    merged["entries"].update(local.get("entries", {}))
+    seen = {(r["date"], r.get("command")) for r in merged["runs"]}
+    merged["runs"] += [r for r in local.get("runs", []) if (r["date"], r.get("command")) not in seen]
+    merged["runs"].sort(key=lambda r: r["date"])
+    return recs, merged
+
+
+def write_baseline(path: Path, recs: dict, meta: dict) -> None:
+    entries = {n: [int(bool(e["core"])), [v for v, ok in e["variants"].items() if ok]]
+               for n, e in sorted(meta["entries"].items())}
+    tight = {"separators": (",", ":")}
+    lines = [json.dumps({"meta": {"runs": meta.get("runs", []), "entries": entries}}, **tight)]
+    lines += [json.dumps(compact(recs[k]), **tight) for k in sorted(recs)]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _list_entries(args):
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -601,7 +702,8 @@ def sweep(args) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = _list_entries(args)
     modes = ["fallback", "strict"] if args.mode == "both" else [args.mode]
-    done = load_results(path)
+    # What is already known: the committed results beside the table, then this checkout's runs.
+    done, _ = load_merged(path, _baseline_of(args))
     meta_path = path.with_suffix(".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta.setdefault("entries", {})
@@ -610,8 +712,8 @@ def sweep(args) -> None:
     tasks = []
     for name, core, variants, _ in entries:
         todo = [v for v, ok in variants if ok and any(
-            args.redo or (name, v, m) not in done or done[(name, v, m)].get("max_samples")
-            != args.max_samples for m in modes)]
+            args.redo or (name, v, m) not in done or _cap_differs(done[(name, v, m)], args)
+            for m in modes)]
         if todo:
             tasks.append({"op": name, "variants": todo, "modes": modes,
                           "max_samples": args.max_samples, "strict_all": args.strict_all,
@@ -638,6 +740,7 @@ def sweep(args) -> None:
     counter = [0]
 
     def record(rec):
+        rec["t"] = _now()
         with lock:
             out.write(json.dumps(rec) + "\n")
             out.flush()
@@ -710,6 +813,12 @@ def _cell(recs, name, variant, supported) -> str:
     return " ".join(marks)
 
 
+def _sample_counts(r) -> dict:
+    if "n" in r:
+        return r["n"]
+    return collections.Counter(s["status"] for s in r.get("samples", []) if s)
+
+
 def render_table(recs: dict, meta: dict) -> str:
     import torch
 
@@ -721,14 +830,16 @@ def render_table(recs: dict, meta: dict) -> str:
     totals = {m: collections.Counter() for m in ("fallback", "strict")}
     sample_totals = {m: collections.Counter() for m in ("fallback", "strict")}
     per_variant = {m: {v: collections.Counter() for v in variants} for m in totals}
+    caps = collections.Counter()  # sample cap -> variants run with it
     for (name, variant, mode), r in recs.items():
         if name not in entries or mode not in totals:
             continue
         totals[mode][r["status"]] += 1
         per_variant[mode].setdefault(variant, collections.Counter())[r["status"]] += 1
-        for s in r.get("samples", []):
-            if s:
-                sample_totals[mode][s["status"]] += 1
+        for st, k in _sample_counts(r).items():
+            sample_totals[mode][st] += k
+        if mode == "fallback":
+            caps[r.get("max_samples")] += 1
     core = [n for n in names if entries[n]["core"]]
     core_f32 = [(n, recs.get((n, "f32", "strict"))) for n in core
                 if entries[n]["variants"].get("f32")]
@@ -749,12 +860,16 @@ def render_table(recs: dict, meta: dict) -> str:
         return c
     lines = ["# Op coverage: PyTorch's OpInfo database through coil", ""]
     lines.append("Generated by `tools/opinfo_sweep.py` (do not edit by hand) from "
-                 f"`build/opinfo/results.jsonl`; torch {torch.__version__}, CPU. How to read it, "
+                 f"`docs/op_coverage.jsonl` (the committed results, merged with a checkout's "
+                 f"`build/opinfo/results.jsonl`); torch {torch.__version__}, CPU. How to read it, "
                  "how entries map to ATen overloads, and how to rerun: "
                  "[docs/opinfo.md](opinfo.md).")
     lines += ["", "Runs merged into this table (a later run of an entry replaces its earlier "
               "results):", ""]
     for r in runs:
+        if "note" in r:
+            lines.append(f"* {r['date']}: {r['note']}")
+            continue
         wall = f"{r['wall_seconds']} s" if r.get("wall_seconds") is not None else "interrupted"
         lines.append(f"* {r['date']}: `{cmd(r)}` — {r['tasks']} entries, {r['jobs']} job(s), "
                      f"at most {r['max_samples']} samples per variant, {wall} wall")
@@ -785,7 +900,17 @@ def render_table(recs: dict, meta: dict) -> str:
     lines.append("")
     lines.append(f"Supported (entry, variant) pairs not run: {not_run} (`·` in the table).")
     lines.append("")
-    lines.append("Per sample:")
+    cap_text = ", ".join(f"{k} with at most {c} samples" if c is not None else
+                         f"{k} imported without their cap (4 or 8)"
+                         for c, k in sorted(caps.items(), key=lambda x: (x[0] is None, x[0] or 0)))
+    lines.append(f"Samples per variant (fallback mode): {cap_text}. A variant runs the first "
+                 "N samples of the entry's `sample_inputs` (docs/opinfo.md says why there is a "
+                 "cap).")
+    lines.append("")
+    no_detail = sum(1 for r in recs.values() if r.get("imported"))
+    lines.append("Per sample" + (f" ({no_detail} imported (entry, variant, mode) results carry "
+                                 "no per-sample outcomes and are not counted here)"
+                                 if no_detail else "") + ":")
     lines.append("")
     lines.append("| mode | " + " | ".join(STATUSES) + " | skip | total |")
     lines.append("|---|" + "---|" * (len(STATUSES) + 2))
@@ -835,11 +960,16 @@ def render_table(recs: dict, meta: dict) -> str:
 
 def write_table(args) -> None:
     path = Path(args.results)
-    recs = load_results(path)
-    meta = json.loads(path.with_suffix(".meta.json").read_text())
+    baseline = _baseline_of(args)
+    recs, meta = load_merged(path, baseline)
+    recs = {k: r for k, r in recs.items() if k[0] in meta["entries"]}
+    if baseline is not None:
+        write_baseline(baseline, recs, meta)
+        print(f"wrote {baseline}")
     # Error messages carry the C++ source paths of the build (__FILE__); the committed table
     # names them relative to the checkout, so it does not depend on where the sweep ran.
-    text = re.sub(r"/\S*?/(src|include|python|tools)/", r"\1/", render_table(recs, meta))
+    text = re.sub(r"(/\S*?/|(\.\./)+)(src|include|python|tools)/", r"\3/",
+                  render_table(recs, meta))
     Path(args.write).write_text(text)
     print(f"wrote {args.write}")
 
@@ -855,6 +985,9 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per entry")
     p.add_argument("--results", default=str(DEFAULT_RESULTS))
+    p.add_argument("--baseline", default=None,
+                   help="committed results merged under --results (default: --write's .jsonl "
+                        "sibling, docs/op_coverage.jsonl; '' for none)")
     p.add_argument("--log", default="", help="worker stderr goes here (default: discarded)")
     p.add_argument("--strict-all", action="store_true",
                    help="run strict mode also where the fallback-mode run passed cleanly")
