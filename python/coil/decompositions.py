@@ -34,7 +34,8 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
   coil's own decompositions of fused ops, one module each (docs/decisions.md): the CPU flash
     SDPA and its backward (decomp_sdpa.py), _embedding_bag and its backward
     (decomp_embedding_bag.py), the functional _foreach_* ops of a compiled optimizer step
-    (decomp_foreach.py), topk with k <= 8 (decomp_topk.py).
+    (decomp_foreach.py), topk with k <= 8 (decomp_topk.py); the composite ops the OpInfo
+    sweep found running eagerly, by PyTorch's reference decompositions (decomp_opinfo.py).
 
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
@@ -53,6 +54,7 @@ from torch._decomp import get_decompositions
 
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
+from .decomp_opinfo import opinfo_decompositions
 from .decomp_sdpa import sdpa_decompositions
 from .decomp_topk import topk_decompositions
 
@@ -382,6 +384,8 @@ def _table() -> dict:
     table.update(foreach_decompositions())
     table.update(embedding_bag_decompositions())
     table.update(topk_decompositions())
+    # Composite ops the OpInfo sweep found running eagerly.
+    table.update(opinfo_decompositions())
     return table
 
 

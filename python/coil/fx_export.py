@@ -345,8 +345,7 @@ class ExportedGraph:
                 return None
             if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), want)):
                 continue
-            fixed[k] = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
-            fixed[k].copy_(t)
+            fixed[k] = _restride(t, want)
             changed = True
         return fixed if changed else None
 
@@ -358,7 +357,7 @@ class ExportedGraph:
                 t = coil_outs[v]
                 want = self.gapped_outputs.get(v)
                 if want is not None and not _same_strides(t, want):
-                    t = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device).copy_(t)
+                    t = _restride(t, want)
                 out.append(t)
             elif kind == "input":
                 out.append(args[v])
@@ -367,6 +366,28 @@ class ExportedGraph:
             else:
                 out.append(v)
         return out
+
+
+def _restride(t: torch.Tensor, strides) -> torch.Tensor:
+    """t's values in a tensor with the given strides. Strides that overlap (an expanded output
+    saved for the backward, stride 0) cannot be made by copy_ into empty_strided, which refuses
+    to write one memory location twice: the storage is filled element by element instead."""
+    dims = sorted((st, n) for n, st in zip(t.shape, strides) if n > 1)
+    extent, overlap = 0, False
+    for st, n in dims:
+        overlap |= st <= extent
+        extent += (n - 1) * st
+    if not overlap or t.numel() == 0:
+        return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+    flat = torch.empty(extent + 1, dtype=t.dtype, device=t.device)
+    offset = torch.zeros((), dtype=torch.long, device=t.device)
+    for d, (n, st) in enumerate(zip(t.shape, strides)):
+        shape = [1] * t.dim()
+        shape[d] = n
+        offset = offset + (torch.arange(n, device=t.device) * st).view(shape)
+    # Elements sharing a location hold the same value (they alias in eager too).
+    flat[offset.expand(t.shape).reshape(-1)] = t.reshape(-1)
+    return flat.as_strided(t.shape, strides)
 
 
 def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
@@ -785,5 +806,13 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
         )
     out = node.target(*args, **kwargs)
     if isinstance(out, torch.Tensor):
-        return [out]
-    return [o for o in out if o is not None]
+        out = [out]
+    return [_materialize(o) for o in out if o is not None]
+
+
+def _materialize(t: torch.Tensor) -> torch.Tensor:
+    # A ZeroTensor (aten._efficientzerotensor, autograd's zero gradients) has no storage: the
+    # runtime would read its null data pointer.
+    if t._is_zerotensor():
+        return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+    return t

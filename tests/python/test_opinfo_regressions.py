@@ -159,3 +159,39 @@ def test_empty_input_with_odd_strides():
     # [0, 1]; the runtime's input check compared the stride of the size-25 dim and refused the
     # call (a run failure).
     _check(lambda a, b: torch.matmul(a, b), torch.randn(5, 5, 0), torch.randn(0, 5), grad=True)
+
+
+def test_expanded_output_saved_for_backward():
+    # The forward graph returned an expanded mask (strides [5, 1, 0]) that the backward graph
+    # was compiled for; coil's dense output had to be restrided, and copy_ into an overlapping
+    # empty_strided raised (masked.var / masked.std / nn.functional.normalize gradients).
+    x, mask = torch.randn(5, 5, 5), torch.rand(5, 5, 1) > 0.5
+    _check(lambda t, m: torch.where(m.expand(5, 5, 5), t * t, 0.0).sum(), x, mask, grad=True)
+    _check(lambda t, m: torch.masked._ops.var(t, mask=m), x, mask, grad=True)
+    _check(lambda t: torch.nn.functional.normalize(t, dim=1), torch.randn(2, 1, 4, 5), grad=True)
+
+
+def test_restride_overlapping_and_gapped():
+    from coil.fx_export import _restride
+
+    t = torch.randn(3, 4)
+    for strides in [(1, 0), (0, 1), (8, 1), (1, 3), (2, 1)]:  # (2, 1): rows overlap
+        want = t.as_strided((3, 4), (1, 0)) if strides == (1, 0) else None
+        src = want.contiguous() if want is not None else t
+        if strides == (0, 1):
+            src = t[:1].expand(3, 4).contiguous()
+        if strides == (2, 1):
+            # Values consistent with the overlap: element [i, j] is storage[2 i + j].
+            src = torch.arange(12.0).as_strided((3, 4), (2, 1)).contiguous()
+        r = _restride(src, strides)
+        assert r.stride() == strides and torch.equal(r, src), strides
+
+
+def test_zero_tensor_gradient():
+    # sgn's backward is aten._efficientzerotensor, which ran through the per-op fallback; the
+    # fallback handed the runtime a ZeroTensor, whose null data pointer it read (a segfault).
+    _check(lambda t: torch.sgn(t), torch.randn(20, 20), grad=True)
+    from coil.fx_export import _materialize
+
+    z = _materialize(torch._efficientzerotensor((2, 3)))
+    assert not z._is_zerotensor() and z.data_ptr() != 0 and torch.equal(z, torch.zeros(2, 3))
