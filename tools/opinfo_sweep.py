@@ -158,7 +158,8 @@ def _samples(op, dtype, requires_grad: bool, max_samples: int) -> list[_Sample]:
 
     torch.manual_seed(0)
     gen = op.sample_inputs("cpu", dtype, requires_grad=requires_grad)
-    return [_Sample(s) for s in itertools.islice(gen, max_samples)]
+    # max_samples 0: every sample.
+    return [_Sample(s) for s in itertools.islice(gen, max_samples or None)]
 
 
 def _call(op, sample: _Sample, tensors):
@@ -871,8 +872,10 @@ def render_table(recs: dict, meta: dict) -> str:
             lines.append(f"* {r['date']}: {r['note']}")
             continue
         wall = f"{r['wall_seconds']} s" if r.get("wall_seconds") is not None else "interrupted"
+        cap = ("every sample" if r["max_samples"] == 0 else
+               f"at most {r['max_samples']} samples per variant")
         lines.append(f"* {r['date']}: `{cmd(r)}` — {r['tasks']} entries, {r['jobs']} job(s), "
-                     f"at most {r['max_samples']} samples per variant, {wall} wall")
+                     f"{cap}, {wall} wall")
     if runs:
         known = [r["wall_seconds"] for r in runs if r.get("wall_seconds") is not None]
         lines.append(f"* total wall time {sum(known)} s")
@@ -900,7 +903,8 @@ def render_table(recs: dict, meta: dict) -> str:
     lines.append("")
     lines.append(f"Supported (entry, variant) pairs not run: {not_run} (`·` in the table).")
     lines.append("")
-    cap_text = ", ".join(f"{k} with at most {c} samples" if c is not None else
+    cap_text = ", ".join(f"{k} with every sample" if c == 0 else
+                         f"{k} with at most {c} samples" if c is not None else
                          f"{k} imported without their cap (4 or 8)"
                          for c, k in sorted(caps.items(), key=lambda x: (x[0] is None, x[0] or 0)))
     lines.append(f"Samples per variant (fallback mode): {cap_text}. A variant runs the first "
@@ -981,7 +985,7 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES))
     p.add_argument("--no-grad", dest="grad", action="store_false", help="skip f32.grad")
     p.add_argument("--core-only", action="store_true", help="only entries naming a core op")
-    p.add_argument("--max-samples", type=int, default=8)
+    p.add_argument("--max-samples", type=int, default=8, help="per variant; 0: every sample")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per entry")
     p.add_argument("--results", default=str(DEFAULT_RESULTS))

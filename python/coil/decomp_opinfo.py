@@ -64,7 +64,7 @@ _REFERENCE = [
     aten.roll,
     aten.diag_embed,
     aten.diagonal_copy,
-    aten.diagonal_scatter,
+    aten.diagonal_backward,
     aten.narrow_copy,
     aten.expand_copy,
     aten.alias_copy,

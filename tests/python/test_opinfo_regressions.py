@@ -195,3 +195,30 @@ def test_zero_tensor_gradient():
 
     z = _materialize(torch._efficientzerotensor((2, 3)))
     assert not z._is_zerotensor() and z.data_ptr() != 0 and torch.equal(z, torch.zeros(2, 3))
+
+
+def test_scatter_of_zero_dim_and_empty_index_gradients():
+    # max/min along a dim of a 0-d tensor: the backward scatters into a 0-d tensor, which the
+    # IndexPut lowering refused; gather with an empty index of another rank: the backward's
+    # scatter_add had a rank mismatch (both fell back in strict mode).
+    _check(lambda t: torch.max(t, 0)[0] * 3, torch.tensor(1.5), grad=True)
+    _check(lambda t: torch.min(t, 0, keepdim=True)[0] * 3, torch.tensor(-1.5), grad=True)
+    _check(lambda t, i: torch.gather(t, 0, i).sum() + t.sum(), torch.randn(5),
+           torch.zeros(2, 0, dtype=torch.long), grad=True)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_short_rows(descending):
+    # sort had no lowering; rows short enough are decomposed into pairwise ranks
+    # (decomp_sort.py): stable, NaN last ascending / first descending, ties in index order.
+    x = torch.randn(4, 7)
+    x[1, 2] = x[1, 5] = float("nan")
+    x[2, :3] = 1.0
+    x[0, 1], x[0, 2] = -0.0, 0.0
+    for dim in (0, 1):
+        _check(lambda t: torch.sort(t, dim=dim, descending=descending), x)
+        _check(lambda t: torch.sort(t, dim=dim, descending=descending, stable=True), x)
+    _check(lambda t: torch.sort(t, 0, descending=descending)[0] * 2, torch.randn(5, 3), grad=True)
+    _check(lambda t: torch.argsort(t, 1, descending=descending), torch.randint(0, 3, (3, 9)))
+    _check(lambda t: torch.sort(t, 0, descending=descending), torch.rand(6) > 0.5)
+    _check(lambda t: torch.sort(t, descending=descending), torch.randn(5).to(torch.bfloat16))
