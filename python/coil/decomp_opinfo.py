@@ -28,6 +28,7 @@ _REFERENCE = [
     aten.logaddexp,
     aten.logaddexp2,
     aten.logit,
+    aten.logit_backward,
     aten.xlogy,
     aten.special_xlog1py,
     aten.special_entr,
@@ -35,8 +36,6 @@ _REFERENCE = [
     aten.rad2deg,
     aten.frac,
     aten.heaviside,
-    aten.fmax,
-    aten.fmin,
     aten.isneginf,
     aten.isposinf,
     aten.nan_to_num,
@@ -45,6 +44,7 @@ _REFERENCE = [
     aten.ldexp,
     aten.celu,
     aten.glu,
+    aten.glu_backward,
     aten.softshrink,
     aten.mish_backward,
     aten._prelu_kernel,
@@ -76,6 +76,8 @@ _REFERENCE = [
     aten.view_copy,
     aten.unbind_copy,
     aten.unfold_copy,
+    aten.unfold,  # -> as_strided (unfold_copy's reference decomposition keeps it)
+    aten.unfold_backward,
     aten.unsafe_split,
     aten.block_diag,
     aten._chunk_cat,
@@ -93,6 +95,9 @@ _REFERENCE = [
     aten.reflection_pad1d,
     aten.reflection_pad2d,
     aten.reflection_pad3d,
+    aten.reflection_pad1d_backward,
+    aten.reflection_pad2d_backward,
+    aten.reflection_pad3d_backward,
     aten.replication_pad1d,
     aten.replication_pad2d,
     aten.replication_pad3d,
@@ -106,6 +111,17 @@ _REFERENCE = [
 ]
 
 
+def _fmax_fmin(pick):
+    # maximum / minimum, except that a NaN loses to a number (prims.fmax has no lowering).
+    def fn(a, b):
+        m = pick(a, b)
+        if not (torch.is_floating_point(a) or torch.is_floating_point(b)):
+            return m
+        return aten.where.self(aten.isnan.default(a), b,
+                               aten.where.self(aten.isnan.default(b), a, m))
+    return fn
+
+
 def _zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     # autograd's zero gradients (sgn's backward): a ZeroTensor has no storage; full(0) is the
     # same values.
@@ -116,4 +132,6 @@ def _zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None)
 def opinfo_decompositions() -> dict:
     table = dict(get_decompositions(_REFERENCE))
     table[aten._efficientzerotensor.default] = _zero_tensor
+    table[aten.fmax.default] = _fmax_fmin(aten.maximum.default)
+    table[aten.fmin.default] = _fmax_fmin(aten.minimum.default)
     return table
