@@ -42,7 +42,9 @@ def _equal(a, b):
 
 def sort(x, dim=-1, descending=False, stable=None):
     if x.dim() == 0:
-        return NotImplemented
+        if dim not in (0, -1):
+            return NotImplemented
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     dim = dim % x.dim()
     n = x.shape[dim]
     if n == 0 or x.numel() * n > DENSE_LIMIT or x.is_complex():

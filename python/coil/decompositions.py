@@ -37,7 +37,8 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     (decomp_foreach.py), topk with k <= 8 (decomp_topk.py); the composite ops the OpInfo
     sweep found running eagerly, by PyTorch's reference decompositions (decomp_opinfo.py);
     sort along a short dim, by pairwise ranks (decomp_sort.py); avg_pool3d (+ backward) as two
-    avg_pool2d passes (decomp_pool.py).
+    avg_pool2d passes (decomp_pool.py); masked_scatter (+ backward) over small masks by a running
+    count (decomp_masked.py).
 
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
@@ -56,6 +57,7 @@ from torch._decomp import get_decompositions
 
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
+from .decomp_masked import masked_decompositions
 from .decomp_opinfo import opinfo_decompositions
 from .decomp_pool import pool_decompositions
 from .decomp_sdpa import sdpa_decompositions
@@ -412,6 +414,7 @@ def _table() -> dict:
     table.update(opinfo_decompositions())
     table.update(sort_decompositions())
     table.update(pool_decompositions())
+    table.update(masked_decompositions())
     return table
 
 

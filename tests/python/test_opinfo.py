@@ -48,11 +48,12 @@ COVERED = [(name, "f32") for name in """
     ("logical_and", "b8"),
     # Found falling back by the sweep, now lowered or decomposed.
     ("nn.functional.avg_pool2d", "f32"), ("nn.functional.avg_pool3d", "f32"),
-    ("max.reduction_with_dim", "f32.grad"), ("gather", "f32.grad"),
+    ("max.reduction_with_dim", "f32.grad"), ("gather", "f32.grad"), ("masked_scatter", "f32"),
+    ("masked_scatter", "f32.grad"), ("topk", "f32"),
 ]
 
 # Entries coil does not lower completely (yet): their answers must still be right.
-NOT_COVERED = [(name, "f32") for name in "sort topk masked_scatter nonzero".split()]
+NOT_COVERED = [(name, "f32") for name in "sort nonzero index_put".split()]
 
 
 def _sweep():

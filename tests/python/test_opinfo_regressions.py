@@ -222,3 +222,26 @@ def test_sort_short_rows(descending):
     _check(lambda t: torch.argsort(t, 1, descending=descending), torch.randint(0, 3, (3, 9)))
     _check(lambda t: torch.sort(t, 0, descending=descending), torch.rand(6) > 0.5)
     _check(lambda t: torch.sort(t, descending=descending), torch.randn(5).to(torch.bfloat16))
+
+
+def test_topk_and_sort_of_zero_dim():
+    # topk / sort of a 0-d tensor fell back (the decompositions wanted a dim to work along).
+    x = torch.tensor(2.5)
+    _check(lambda t: torch.topk(t, 1), x)
+    _check(lambda t: torch.topk(t, 1, 0, largest=False), x)
+    _check(lambda t: torch.sort(t, -1, descending=True), x)
+    _check(lambda t: torch.topk(t, 1)[0] * 2, x, grad=True)
+
+
+def test_masked_scatter():
+    # masked_scatter (core ATen) had no lowering; small masks are decomposed into a running
+    # count of the mask (decomp_masked.py), its backward into a dense match.
+    x, src = torch.randn(5, 5), torch.randn(5, 5)
+    for m in [torch.rand(5, 5) > 0.5, torch.rand(5) > 0.5, torch.tensor(True),
+              torch.zeros(5, 5, dtype=torch.bool)]:
+        _check(lambda a, mm, s: a.masked_scatter(mm, s), x, m, src, grad=True)
+    # self broadcast by the mask; integers exact.
+    _check(lambda a, mm, s: a.masked_scatter(mm, s), torch.randn(5), torch.rand(5, 5) > 0.5,
+           src, grad=True)
+    _check(lambda a, mm, s: a.masked_scatter(mm, s), torch.randint(0, 9, (5, 5)),
+           torch.rand(5, 5) > 0.5, torch.randint(0, 9, (30,)))
