@@ -245,3 +245,12 @@ def test_masked_scatter():
            src, grad=True)
     _check(lambda a, mm, s: a.masked_scatter(mm, s), torch.randint(0, 9, (5, 5)),
            torch.rand(5, 5) > 0.5, torch.randint(0, 9, (30,)))
+
+
+@pytest.mark.parametrize("args", [(2.1, -2.9, -1.0), (0.1, -7.9, -4.0), (1, 10, 3), (-3.5, 4)])
+def test_integer_arange_with_float_bounds(args):
+    # ATen computes an integer arange in int64 after truncating float bounds; coil computed
+    # start + i * step in f64 and truncated each element (arange(2.1, -2.9, -1.0) ended in 0,
+    # not -1): a wrong answer, found by the every-sample sweep.
+    _check(lambda: torch.arange(*args, dtype=torch.int64))
+    _check(lambda: torch.arange(*args, dtype=torch.int32) * 2)
