@@ -697,7 +697,8 @@ def load_merged(path: Path, baseline: Path | None) -> tuple[dict, dict]:
     merged = {"entries": dict(meta.get("entries", {})), "runs": list(meta.get("runs", []))}
     merged["entries"].update(local.get("entries", {}))
     seen = {(r["date"], r.get("command")) for r in merged["runs"]}
-    merged["runs"] += [r for r in local.get("runs", []) if (r["date"], r.get("command")) not in seen]
+    merged["runs"] += [r for r in local.get("runs", [])
+                       if (r["date"], r.get("command")) not in seen]
     merged["runs"].sort(key=lambda r: r["date"])
     return recs, merged
 
