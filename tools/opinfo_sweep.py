@@ -31,7 +31,9 @@ Modes: `fallback` (coil's default: is the answer right?) and `strict` (strict=Tr
 lower the op itself?); `both` runs both. Results are appended to a JSONL file (`--results`,
 default build/opinfo/results.jsonl), one line per (entry, variant, mode), so an interrupted
 sweep resumes where it stopped (a line is keyed by entry, variant, mode and max samples; `--redo`
-reruns the selected entries). Each entry runs in a worker subprocess (`--jobs` of them), so a
+reruns the selected entries). `--write docs/op_coverage.md` merges them into the committed
+results beside the table (docs/op_coverage.jsonl, compact; a later result replaces an earlier
+one) and regenerates both, so a partial rerun keeps every other row. Each entry runs in a worker subprocess (`--jobs` of them), so a
 crash or a hang (`--timeout`) costs that entry, never the sweep.
 
 Core ATen: an entry belongs to PyTorch's core ATen op set when the ATen op packet named by its
