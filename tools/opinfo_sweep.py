@@ -649,17 +649,33 @@ def compact(rec: dict) -> dict:
             s["status"] for s in rec["samples"] if s).items()))
     elif "n" in rec:
         out["n"] = rec["n"]
+    first8 = _first8(rec)
+    if first8:
+        out["s8"] = first8
     for long, short in (("max_samples", "cap"), ("derived", "d"), ("t", "t"), ("imported", "i")):
         if rec.get(long) is not None:
             out[short] = rec[long]
     return out
 
 
+def _first8(rec: dict) -> str | None:
+    """The status over the first 8 samples of an every-sample run (the default cap's view, for
+    comparing with capped runs), when that differs from the run's own."""
+    if "s8" in rec:
+        return rec["s8"]
+    samples = [x for x in rec.get("samples", [])[:8] if x and x["status"] != "skip"]
+    if rec.get("max_samples") != 0 or len(rec.get("samples", [])) <= 8 or not samples:
+        return None
+    s8 = max((x["status"] for x in samples), key=lambda st: _RANK[st])
+    return s8 if s8 != rec["status"] else None
+
+
 def expand(c: dict) -> dict:
     """compact's inverse (without the per-sample detail)."""
     rec = {"op": c["op"], "variant": c["v"], "mode": {v: k for k, v in _MODES.items()}[c["m"]],
            "status": c["s"], "reason": c.get("r", ""), "max_samples": c.get("cap")}
-    for long, short in (("n", "n"), ("derived", "d"), ("t", "t"), ("imported", "i")):
+    for long, short in (("n", "n"), ("derived", "d"), ("t", "t"), ("imported", "i"),
+                        ("s8", "s8")):
         if short in c:
             rec[long] = c[short]
     return rec
@@ -881,6 +897,8 @@ def render_table(recs: dict, meta: dict) -> str:
                 if entries[n]["variants"].get("f32")]
     core_counted = [(n, r) for n, r in core_f32 if r and r["status"] != "skip"]
     core_pass = [n for n, r in core_counted if r["status"] == "pass"]
+    core_pass8 = [n for n, r in core_counted if (_first8(r) or r["status"]) == "pass"]
+    core_every = [n for n, r in core_counted if r.get("max_samples") == 0]
     core_fb = [(n, recs.get((n, "f32", "fallback"))) for n in core
                if entries[n]["variants"].get("f32")]
     core_fb_pass = [n for n, r in core_fb if r and r["status"] == "pass"]
@@ -918,6 +936,8 @@ def render_table(recs: dict, meta: dict) -> str:
     pct = 100.0 * len(core_pass) / max(1, len(core_counted))
     lines.append(f"**Core ATen, strict mode, forward, float32: {len(core_pass)} of "
                  f"{len(core_counted)} entries pass ({pct:.1f}%).** "
+                 + (f"({len(core_every)} of them ran every sample; on the first 8 samples, the "
+                    f"default cap, {len(core_pass8)} pass.) " if core_every else "") +
                  f"({len(core)} OpInfo entries name a core ATen op; {len(core_f32)} support f32; "
                  f"{len(core_f32) - len(core_counted)} of those are left out: every sample skips "
                  f"or not run.) With fallbacks allowed {len(core_fb_pass)} of {len(core_f32)} "
