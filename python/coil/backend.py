@@ -238,6 +238,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
         copts = options.compile_options(dump.dir)
+        if exported.binder is not None:
+            copts["symbol_ranges"] = exported.binder.ranges_text()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         if on_cuda:
             copts.update(coil_cuda.compile_options())

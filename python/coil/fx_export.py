@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from .sym_bind import SymBinder, SymValue, symbol_lower_bound
+from .sym_bind import SymBinder, SymValue, symbol_range
 
 __all__ = ["ExportError", "ExportedGraph", "export_graph", "format_float", "DTYPE_NAMES"]
 
@@ -722,13 +722,15 @@ class _Exporter:
             elif isinstance(v, torch.SymInt) and v.node.expr.is_Symbol:
                 sources.setdefault(v.node.expr.name, ("int", pos))
         hints: dict[str, int] = {}
+        ranges: dict[str, tuple[int, int | None]] = {}
         carriers: list[str] = []
         for sym, symnode in sorted(used.items(), key=lambda kv: kv[0].name):
             name = sym.name
-            lo = symbol_lower_bound(sym, symnode)
+            lo, hi = symbol_range(sym, symnode)
             if lo is None or lo < 2:
                 raise ExportError(f"size symbol {name} may be {lo if lo is not None else '< 2'} "
                                   "(coil assumes symbolic sizes >= 2)")
+            ranges[name] = (lo, hi)
             if name not in sources:
                 raise ExportError(f"size symbol {name} is not an input size or SymInt input")
             if name not in bare:
@@ -753,7 +755,7 @@ class _Exporter:
         for n in scalars:
             self.scalar_inputs[n] = None
         return SymBinder(sources=sources, carriers=carriers, hints=hints,
-                         scalars=scalar_fns)
+                         scalars=scalar_fns, ranges=ranges)
 
     def scalar_fn(self, node: fx.Node, placeholders: list[fx.Node]):
         """A function env -> value of the scalar FX node `node` (Python arithmetic on sizes),

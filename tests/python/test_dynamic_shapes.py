@@ -335,3 +335,48 @@ def test_deep_reshape_chain_compiles_like_static(tmp_path):
         x = torch.randn(a, b, 16)
         (out,) = best[True][2].run([x])
         torch.testing.assert_close(out, x + 80)
+
+
+def _coil_graph_fns():
+    from coil import backend
+
+    return sorted(backend._graph_fns, key=lambda fn: fn.name)
+
+
+def test_shape_env_ranges_reach_coil():
+    """The ShapeEnv's value ranges become coil's symbol ranges (`symbol_ranges`). A slice
+    x[:, 1:3] makes Dynamo guard n >= 3; with that lower bound coil proves the slice has 2
+    columns (before, verification failed on min(3, n) - 1 and the graph ran eagerly). An
+    upper bound from mark_dynamic(max=64) is passed too, and coil checks it per call."""
+    from coil import backend
+
+    def f(x):
+        return (x[:, 1:3] * 2, x.sum(1))
+
+    torch._dynamo.reset()
+    backend._graph_fns.clear()
+    cf = torch.compile(f, backend="coil", fullgraph=True, dynamic=True,
+                       options={"strict": True})
+    for n in (4, 3, 9, 17):
+        x = torch.randn(5, n)
+        v = compare(cf(x), f(x))
+        assert v, v.detail
+    (fn,) = _coil_graph_fns()
+    lows = {name: lo for name, (lo, hi) in fn.exported.binder.ranges.items()}
+    assert sorted(lows.values()) == [2, 3], fn.exported.binder.ranges
+
+    torch._dynamo.reset()
+    backend._graph_fns.clear()
+    x = torch.randn(10, 3)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    g = torch.compile(lambda x: x * 2 + 1, backend="coil", fullgraph=True,
+                      options={"strict": True})
+    torch.testing.assert_close(g(x), x * 2 + 1)
+    (fn,) = _coil_graph_fns()
+    ((name, (lo, hi)),) = fn.exported.binder.ranges.items()
+    assert (lo, hi) == (2, 64) and fn.exported.binder.ranges_text() == f"{name}:2:64"
+    # The compiled graph itself holds the range: 64 rows run, 65 are refused.
+    torch.testing.assert_close(fn.compiled.run([torch.ones(64, 3)])[0], torch.full((64, 3), 3.0))
+    with pytest.raises(Exception, match="outside the compiled range"):
+        fn.compiled.run([torch.ones(65, 3)])
+    torch._dynamo.reset()

@@ -137,6 +137,9 @@ class Context {
   //   a < b, a <= b, a == b, a != b
   std::string str(Expr e) const;
   Expr parse(std::string_view text);  // throws CompileError on bad text
+  // Sets symbol ranges from "name:lo:hi" entries separated by ';' (hi empty: unbounded), e.g.
+  // "s0:3:64;s1:2:" (Dynamo's ShapeEnv value ranges, set before the graph is parsed).
+  void set_ranges(std::string_view text);
 
  private:
   struct Impl;
