@@ -5,9 +5,12 @@
 // text reads unambiguously: 4*(i0//4) + i0 % 4, (i0 + 1)//4. Sums print negative terms with
 // " - ". parse() accepts the same syntax plus unary minus, > and >=, and builds through the
 // canonicalizing constructors, so parse(str(e)) == e.
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "coil/support/error.h"
 #include "expr_impl.h"
@@ -170,14 +173,16 @@ class Parser {
   }
 
   Expr additive() {
-    Expr a = multiplicative();
+    // All terms first, then one sum: adding them one by one rebuilds a growing sum per term,
+    // quadratic in a long size like t0 + t1 + ... + t127 (a cat of many pieces).
+    std::vector<Expr> terms{multiplicative()};
     for (;;) {
       if (accept("+")) {
-        a = ctx_.add(a, multiplicative());
+        terms.push_back(multiplicative());
       } else if (accept("-")) {
-        a = ctx_.sub(a, multiplicative());
+        terms.push_back(ctx_.neg(multiplicative()));
       } else {
-        return a;
+        return terms.size() == 1 ? terms[0] : ctx_.sum(terms);
       }
     }
   }
@@ -269,5 +274,29 @@ std::string Context::str(Expr e) const {
 }
 
 Expr Context::parse(std::string_view text) { return Parser(*this, text).parse_all(); }
+
+void Context::set_ranges(std::string_view text) {
+  auto number = [&](std::string_view f, std::string_view entry) {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+    COIL_USER_CHECK(ec == std::errc() && end == f.data() + f.size())
+        << "symbol range '" << entry << "': '" << f << "' is not an integer";
+    return v;
+  };
+  while (!text.empty()) {
+    size_t semi = text.find(';');
+    std::string_view entry = text.substr(0, semi);
+    text = semi == std::string_view::npos ? std::string_view{} : text.substr(semi + 1);
+    if (entry.empty()) continue;
+    size_t c1 = entry.find(':'), c2 = entry.rfind(':');
+    COIL_USER_CHECK(c1 != std::string_view::npos && c2 != c1 && c1 > 0)
+        << "symbol range '" << entry << "': expected name:lo:hi";
+    std::string_view hi = entry.substr(c2 + 1);
+    Range r{number(entry.substr(c1 + 1, c2 - c1 - 1), entry),
+            hi.empty() ? kMaxSize : std::min(number(hi, entry), kMaxSize)};
+    COIL_USER_CHECK(r.lo >= 0 && r.lo <= r.hi) << "symbol range '" << entry << "' is empty";
+    set_range(symbol(entry.substr(0, c1)), r);
+  }
+}
 
 }  // namespace coil::sym
