@@ -101,6 +101,22 @@ def test_half_comparison_rounds_the_scalar(real_coil, dtype):
 
 
 
+def test_cat_of_a_tensor_with_itself_split_loop(real_coil):
+    # Seed 1320: cat([v, v]) of a 12-element v, its loop split [24] -> [12, 2] to align with v's
+    # kernel (fusion then refused). g++ 12.2 -O3 miscompiled that kernel (jump threading, then
+    # vectorization): out[12:16] came back 0. coil now passes -fno-thread-jumps to GCC.
+    def f(x0, x1):
+        v0 = x0 - x1
+        return (torch.cat([v0, v0], -2),)
+
+    torch._dynamo.reset()
+    x0, x1 = torch.randn(1, 12, 1), torch.randn(1, 12, 1)
+    cf = torch.compile(f, backend="coil", fullgraph=True,
+                       options={"strict": True, "inline_pointwise": False})
+    torch.testing.assert_close(cf(x0, x1)[0], f(x0, x1)[0], rtol=0, atol=0)
+    torch._dynamo.reset()
+
+
 def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
     # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "coil/support/error.h"
 #include "ulp_check.h"
@@ -160,6 +161,32 @@ COIL_KERNEL void broken(float* y) { y[0] = undeclared_thing + 1 }
   }
   opt.cxx = "no-such-compiler-coil";
   EXPECT_THROW(compile_and_load(kAddSource, opt), coil::CompileError);
+}
+
+// g++ 12.2 -O3 (AVX2) stored zeros into out[12..15] of this loop (the cat of a 12-element
+// buffer with itself, as coil emitted it for fuzz seed 1320) unless jump threading is off:
+// compile_and_load adds -fno-thread-jumps for GCC. (Checked: with " -fthread-jumps" appended
+// to cxx_flags this test fails.)
+TEST(HostCompiler, ThreadJumpsMiscompile) {
+  const char* src = R"(
+#include "coil/kernel_prelude.h"
+COIL_KERNEL void cat2(const float* __restrict__ a, float* __restrict__ o) {
+  for (int64_t x0 = 0; x0 < 12; ++x0)
+    for (int64_t x1 = 0; x1 < 2; ++x1) {
+      const int64_t i = 2 * x0 + x1;
+      const float hi = (12 <= i) ? a[i - 12] : 0.0f;
+      o[i] = (i < 12) ? a[i] : hi;
+    }
+}
+)";
+  CompileOptions opt;
+  opt.cache_dir = "";
+  auto r = compile_and_load(src, opt);
+  auto fn = reinterpret_cast<void (*)(const float*, float*)>(r.library->symbol("cat2"));
+  std::vector<float> a(12), o(24, -1.0f);
+  for (int i = 0; i < 12; ++i) a[i] = static_cast<float>(i + 1);
+  fn(a.data(), o.data());
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(o[i], a[i % 12]) << "out[" << i << "]";
 }
 
 TEST(HostCompiler, EmptyKernelCompileTime) {
