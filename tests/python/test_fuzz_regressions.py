@@ -117,6 +117,19 @@ def test_cat_of_a_tensor_with_itself_split_loop(real_coil):
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_to_int_to_float_is_positive_zero(real_coil, dtype):
+    # Seed 2835: copysign(m, x.to(int32)) with x in (-1, 0): the int is 0, so +0 and a positive
+    # result. g++ (-fno-trapping-math) folded float(int(x)) into trunc(x) = -0: the sign came
+    # out negative. Also seen by 1/x (inf vs -inf), and through a widening int cast too.
+    x = torch.tensor([-0.5, -0.99, 0.3, -1.5, 2.7, -0.0, 0.0, -3.0], dtype=dtype)
+    i32, i64 = torch.int32, torch.int64
+    check(lambda x: (torch.copysign(torch.full_like(x, 2.0), x.to(i32)),
+                     1 / x.to(i64).to(x.dtype),
+                     torch.copysign(torch.ones_like(x), x.to(i32).to(i64).to(x.dtype)),
+                     torch.copysign(torch.ones_like(x), x.to(torch.int8).to(x.dtype))), x)
+
+
 def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
     # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first
