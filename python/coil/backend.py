@@ -213,6 +213,8 @@ class CoilGraphFn:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
                 )
+            # Inside the try: a failure to restride an output falls back too (never escapes).
+            return ex.rebuild_outputs(outs, args, env)
         except Exception as e:
             if self.options.strict:
                 raise
@@ -220,7 +222,6 @@ class CoilGraphFn:
             _note_fallback(self.name, f"run failed: {_one_line(e)}")
             self.eager = _eager(self.gm)
             return self.eager(args)
-        return ex.rebuild_outputs(outs, args, env)
 
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,

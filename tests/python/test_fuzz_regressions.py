@@ -130,6 +130,24 @@ def test_float_to_int_to_float_is_positive_zero(real_coil, dtype):
                      torch.copysign(torch.ones_like(x), x.to(torch.int8).to(x.dtype))), x)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_expanded_output_is_restrided_without_overlapping_copy(real_coil, grad):
+    # Seed 3010: a graph returning an expand (strides 0): coil returns it dense, and the
+    # restride to the FX strides (added for seed 209) copied into an overlapping tensor, which
+    # PyTorch refuses; the error escaped even in non-strict mode.
+    def f(x):
+        v = torch.sigmoid(x).expand((3, 6))
+        return (v.expand((2, 3, 6)), v * 2, torch.exp(x)[None, :, None].expand(4, 6, 5))
+
+    for dtype in (torch.float32, torch.bfloat16):
+        check(f, torch.randn(6, dtype=dtype), grad=grad)
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="coil", fullgraph=True, options={"strict": True})(
+        torch.randn(6))
+    assert [o.stride() for o in out] == [e.stride() for e in f(torch.randn(6))]
+    torch._dynamo.reset()
+
+
 def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
     # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first
