@@ -193,12 +193,12 @@ class CoilGraphFn:
         inputs = [_runtime_tensor(args[i]) for i in ex.input_indices]
         inputs.extend(ex.constants)
         env = None
-        if ex.binder is not None:
-            # Symbolic sizes (sym_bind.py): this call's symbol values, carrier inputs.
-            env = ex.binder.env(args)
-            inputs.extend(ex.binder.carrier_tensors(env))
-            ex.call_env.env = env
         try:
+            if ex.binder is not None:
+                # Symbolic sizes (sym_bind.py): this call's symbol values, carrier inputs.
+                env = ex.binder.env(args)
+                inputs.extend(ex.binder.carrier_tensors(env))
+                ex.call_env.env = env
             run_kwargs = coil_cuda.run_kwargs() if self.on_cuda else {}
             try:
                 outs = self.compiled.run(inputs, **run_kwargs)
@@ -213,7 +213,6 @@ class CoilGraphFn:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
                 )
-            # Inside the try: a failure to restride an output falls back too (never escapes).
             return ex.rebuild_outputs(outs, args, env)
         except Exception as e:
             if self.options.strict:
@@ -239,6 +238,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
         copts = options.compile_options(dump.dir)
+        if exported.binder is not None:
+            copts["symbol_ranges"] = exported.binder.ranges_text()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         if on_cuda:
             copts.update(coil_cuda.compile_options())

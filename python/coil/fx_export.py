@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from .sym_bind import SymBinder, SymValue, symbol_lower_bound
+from .sym_bind import SymBinder, SymValue, symbol_range
 
 __all__ = ["ExportError", "ExportedGraph", "export_graph", "format_float", "DTYPE_NAMES"]
 
@@ -313,7 +313,8 @@ class ExportedGraph:
     # node_index (position among emitted nodes) -> FX node.
     nodes: list[fx.Node]
     # One entry per FX output: ("tensor", i) = coil output i; ("const", v); ("input", j) =
-    # runtime arg j (a non-tensor placeholder returned as is).
+    # runtime arg j (a non-tensor placeholder returned as is); ("view", (i, j, nodes)) = the
+    # view ops `nodes` replayed on runtime arg j (coil output i if they refuse it).
     output_spec: list[tuple[str, Any]]
     num_tensor_outputs: int
     # FX node -> constant value it was folded to (non-tensor values: ints, None).
@@ -353,7 +354,9 @@ class ExportedGraph:
                         env: dict[str, int] | None = None) -> list:
         out = []
         for kind, v in self.output_spec:
-            if kind == "tensor":
+            if kind == "view":
+                out.append(self._replay_view(v, coil_outs, args, env))
+            elif kind == "tensor":
                 t = coil_outs[v]
                 want = self.gapped_outputs.get(v)
                 if want is not None and not _same_strides(t, want):
@@ -366,6 +369,48 @@ class ExportedGraph:
             else:
                 out.append(v)
         return out
+
+
+    def _replay_view(self, v: tuple, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
+                     env: dict[str, int] | None) -> torch.Tensor:
+        """An output that is a chain of views of an input, rebuilt by running the same view ops
+        on the runtime arg. AOTAutograd regenerates such an output from the input after the
+        call: with symbolic sizes it cannot replay its recorded views and replays ours
+        (`_view_func` of the output's `_base`), and for an output without a `_base` (coil's
+        own tensor) it falls back to `as_strided`, whose backward on an input that overlaps
+        itself (an expanded tensor) spreads the gradient over the aliased elements: a wrong
+        input gradient. The coil output is the fallback when a view op refuses the arg
+        (strides other than traced)."""
+        out_index, pos, chain = v
+        t = args[pos]
+        try:
+            for node in chain:
+                kwargs = {k: _substitute(a, [], [0], self.folded, env)
+                          for k, a in node.kwargs.items()}
+                t = node.target(*_substitute(node.args, [t], [0], self.folded, env), **kwargs)
+        except Exception:  # a view op refused the arg: coil computed the same values
+            return coil_outs[out_index]
+        return t
+
+
+def _view_chain(node: fx.Node, placeholders: dict[fx.Node, int]):
+    """(placeholder position, [view nodes from it to `node`]) when the FX value `node` is a
+    chain of single-output view ops (view, expand, slice, permute, ...) of a tensor
+    placeholder; else None."""
+    chain: list[fx.Node] = []
+    while node not in placeholders:
+        target = node.target
+        if (node.op != "call_function" or not isinstance(target, torch._ops.OpOverload)
+                or not target.is_view or not node.args or not isinstance(node.args[0], fx.Node)
+                or not isinstance(_val_or_none(node), torch.Tensor)):
+            return None
+        rest: list = []
+        fx.node.map_arg((node.args[1:], node.kwargs), rest.append)
+        if any(isinstance(_val_or_none(a), torch.Tensor) for a in rest):
+            return None
+        chain.append(node)
+        node = node.args[0]
+    return (placeholders[node], chain[::-1]) if chain else None
 
 
 def _restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
@@ -599,6 +644,7 @@ class _Exporter:
             for n in self.scalar_inputs:
                 self.scalar_inputs[n] = self.ids[n] = self.new_id()
                 header.append(f"%{self.ids[n]}: f64[]")
+        tensor_placeholders = {placeholders[i]: i for i in input_indices}
         output_spec: list[tuple[str, Any]] = []
         gapped_outputs: dict[int, tuple[int, ...]] = {}
         ret: list[str] = []
@@ -612,10 +658,15 @@ class _Exporter:
                 flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 for o in flat:
                     if isinstance(o, fx.Node) and o in self.ids and isinstance(self.ids[o], int):
+                        chain = _view_chain(o, tensor_placeholders)
                         gapped = _gapped_strides(_val(o))
-                        if gapped is not None:
+                        if chain is not None:
+                            output_spec.append(("view", (len(ret), *chain)))
+                        elif gapped is not None:
                             gapped_outputs[len(ret)] = gapped
-                        output_spec.append(("tensor", len(ret)))
+                            output_spec.append(("tensor", len(ret)))
+                        else:
+                            output_spec.append(("tensor", len(ret)))
                         ret.append(f"%{self.ids[o]}")
                     elif isinstance(o, fx.Node) and o in self.nonterm_inputs:
                         output_spec.append(("input", self.nonterm_inputs[o]))
@@ -683,13 +734,15 @@ class _Exporter:
             elif isinstance(v, torch.SymInt) and v.node.expr.is_Symbol:
                 sources.setdefault(v.node.expr.name, ("int", pos))
         hints: dict[str, int] = {}
+        ranges: dict[str, tuple[int, int | None]] = {}
         carriers: list[str] = []
         for sym, symnode in sorted(used.items(), key=lambda kv: kv[0].name):
             name = sym.name
-            lo = symbol_lower_bound(sym, symnode)
+            lo, hi = symbol_range(sym, symnode)
             if lo is None or lo < 2:
                 raise ExportError(f"size symbol {name} may be {lo if lo is not None else '< 2'} "
                                   "(coil assumes symbolic sizes >= 2)")
+            ranges[name] = (lo, hi)
             if name not in sources:
                 raise ExportError(f"size symbol {name} is not an input size or SymInt input")
             if name not in bare:
@@ -714,7 +767,7 @@ class _Exporter:
         for n in scalars:
             self.scalar_inputs[n] = None
         return SymBinder(sources=sources, carriers=carriers, hints=hints,
-                         scalars=scalar_fns)
+                         scalars=scalar_fns, ranges=ranges)
 
     def scalar_fn(self, node: fx.Node, placeholders: list[fx.Node]):
         """A function env -> value of the scalar FX node `node` (Python arithmetic on sizes),

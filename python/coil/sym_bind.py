@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["SymBinder", "SymValue", "symbol_lower_bound"]
+__all__ = ["SymBinder", "SymValue", "symbol_lower_bound", "symbol_range"]
 
 _EVAL_GLOBALS = {"__builtins__": {}, "min": min, "max": max}
 
@@ -53,16 +53,25 @@ class SymValue:
 
 def symbol_lower_bound(sym, node) -> int | None:
     """The lower bound the ShapeEnv knows for `sym` (None without a ShapeEnv)."""
+    return symbol_range(sym, node)[0]
+
+
+def symbol_range(sym, node) -> tuple[int | None, int | None]:
+    """(lower, upper) bounds the ShapeEnv knows for `sym`; None where unknown or unbounded
+    (sympy's oo / torch's int_oo). Dynamo guards what it recorded there (a `t >= 3` it relied
+    on, a mark_dynamic(max=...)), so coil may assume it."""
     env = getattr(node, "shape_env", None)
-    if env is None:
-        return None
-    r = env.var_to_range.get(sym)
+    r = env.var_to_range.get(sym) if env is not None else None
     if r is None:
+        return None, None
+
+    def bound(v):
+        # sympy.Integer or int; torch's int_oo / sympy's oo are not (int(int_oo) raises).
+        if isinstance(v, int) or getattr(v, "is_Integer", False):
+            return int(v)
         return None
-    try:
-        return int(r.lower)
-    except (TypeError, ValueError, OverflowError):
-        return None
+
+    return bound(r.lower), bound(r.upper)
 
 
 @dataclasses.dataclass
@@ -77,6 +86,9 @@ class SymBinder:
     # SymFloat values ops take as scalars (env -> float), passed as f64[] inputs after the
     # carriers.
     scalars: list = dataclasses.field(default_factory=list)
+    # symbol name -> (lower, upper or None): the ShapeEnv's value range, passed to coil as the
+    # `symbol_ranges` compile option (coil simplifies with it and checks it per call).
+    ranges: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         # Backward graphs are compiled while AOTAutograd's FakeTensorMode is active; a tensor
@@ -103,6 +115,12 @@ class SymBinder:
         for f in self.scalars:
             out.append(torch.tensor(float(f(env)), dtype=torch.float64))
         return out
+
+    def ranges_text(self) -> str:
+        """The `symbol_ranges` compile option: "s0:3:64;s1:2:" (no upper bound after s1)."""
+        return ";".join(f"{name}:{lo}:{'' if hi is None else hi}"
+                        for name, (lo, hi) in sorted(self.ranges.items(),
+                                                     key=lambda kv: _sym_key(kv[0])))
 
     def describe(self) -> str:
         parts = []

@@ -127,6 +127,34 @@ std::vector<const TensorValue*> tensor_list(LoweringContext& ctx, const Arg* a) 
 
 // --- cat
 
+// The offsets of a cat's pieces as the body uses them. A symbolic offset is the flat sum of
+// the lengths before it, so writing every piece's offset out makes a cat of n symbolic pieces
+// quadratic in n (kernel text, simplifier work, g++ time). An offset of more than two terms is
+// instead a fresh symbol bound (Indirect) to the previous offset plus one length: linear. The
+// bound symbols do not depend on the loop indices, so the emitter computes them outside the
+// inner loop and the loads stay affine. The last offset (the total, the loop extent) stays an
+// expression: `x < total` then simplifies away.
+std::vector<Expr> running_offsets(LoweringContext& ctx, BodyBuilder& b,
+                                  const std::vector<Expr>& offsets) {
+  sym::Context& c = ctx.ctx();
+  std::vector<Expr> out = offsets;
+  InstrId prev = -1;  // the value of out[k - 1] when it is a bound symbol
+  for (size_t k = 1; k + 1 < offsets.size(); ++k) {
+    Expr e = offsets[k];
+    if (e->kind != sym::ExprKind::Add || e->operands.size() <= 2) {
+      prev = -1;
+      continue;
+    }
+    Expr step = c.sub(e, offsets[k - 1]);
+    InstrId base = prev >= 0 ? prev : b.index_expr(out[k - 1]);
+    InstrId v = b.op(InstrKind::Add, DType::Int64, base, b.index_expr(step));
+    out[k] = ctx.fresh_vars(1, 't')[0];
+    c.set_range(out[k], c.bounds(e));
+    prev = b.indirect(v, out[k]);
+  }
+  return out;
+}
+
 std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
   sym::Context& c = ctx.ctx();
   sym::Context* cx = &c;
@@ -162,14 +190,16 @@ std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
     cost += p.inline_cost + 3;
     reads += p.inline_reads;
   }
-  auto loader = [pieces, offsets, dim, dt, cx](BodyBuilder& b, const std::vector<Expr>& idx) {
+  LoweringContext* lc = &ctx;
+  auto loader = [pieces, offsets, dim, dt, cx, lc](BodyBuilder& b, const std::vector<Expr>& idx) {
     sym::Context& c = *cx;
     const size_t n = pieces.size();
+    std::vector<Expr> off = running_offsets(*lc, b, offsets);
     InstrId result = -1;
     for (size_t k = n; k-- > 0;) {
       std::vector<Expr> pi = idx;
-      pi[dim] = c.sub(idx[dim], offsets[k]);
-      Expr in_range = c.mul(c.le(offsets[k], idx[dim]), c.lt(idx[dim], offsets[k + 1]));
+      pi[dim] = c.sub(idx[dim], off[k]);
+      Expr in_range = c.mul(c.le(off[k], idx[dim]), c.lt(idx[dim], off[k + 1]));
       if (result < 0) {
         // The last piece: positions not claimed by an earlier piece.
         result = load_or(b, c, pieces[k], pi, in_range, b.constant(0, dtype_compute(dt)));

@@ -63,8 +63,12 @@ std::vector<sym::Expr> LoweringContext::fresh_vars(size_t n, char prefix) {
   std::vector<sym::Expr> out;
   out.reserve(n);
   for (size_t k = 0; k < n; ++k) {
-    std::string name(1, prefix);
-    name += std::to_string(next_var_++);
+    // Skip names the graph already uses for its own size symbols (a graph may name a size
+    // t4; a fresh t4 would be that symbol, and the kernel would shadow it).
+    std::string name;
+    do {
+      name = std::string(1, prefix) + std::to_string(next_var_++);
+    } while (ctx().has_symbol(name));
     out.push_back(ctx().symbol(name, sym::Range{0, sym::kMaxSize}));
   }
   return out;

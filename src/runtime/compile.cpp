@@ -152,6 +152,9 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   StageTimer time(a);
   // The Context outlives everything built from it: the Program keeps only compiled sizes.
   sym::Context ctx;
+  // Ranges known outside the graph (Dynamo's ShapeEnv) before parsing: the parser keeps a
+  // range it finds set, and simplification uses the ranges in force when it builds.
+  ctx.set_ranges(options.symbol_ranges);
   std::unique_ptr<Graph> graph = time("parse", [&] { return parse_graph(graph_text, ctx); });
   time("verify", [&] { ops::verify_graph_meta(*graph); });
   a.input_graph = print_graph(*graph);

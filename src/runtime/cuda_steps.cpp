@@ -22,24 +22,62 @@ struct Strided {
   int64_t sizes[8], src[8], dst[8];
   int rank;
 };
-template <class T>
+// I is the index type: 32-bit division is several times cheaper than 64-bit on the GPU, and a
+// copy is bound by its index arithmetic long before memory when it divides in 64 bits.
+template <class T, class I>
 __device__ void copy_impl(const T* s, T* d, const Strided& st, int64_t n) {
-  for (int64_t l = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l < n;
-       l += int64_t(gridDim.x) * blockDim.x) {
-    int64_t rem = l, so = 0, dof = 0;
+  for (I l = I(blockIdx.x) * blockDim.x + threadIdx.x; l < I(n); l += I(gridDim.x) * blockDim.x) {
+    I rem = l, so = 0, dof = 0;
     for (int k = st.rank - 1; k >= 0; --k) {
-      const int64_t i = rem % st.sizes[k];
-      rem /= st.sizes[k];
-      so += i * st.src[k];
-      dof += i * st.dst[k];
+      const I size = I(st.sizes[k]);
+      const I i = rem % size;
+      rem /= size;
+      so += i * I(st.src[k]);
+      dof += i * I(st.dst[k]);
     }
     d[dof] = s[so];
   }
 }
-extern "C" __global__ void coil_copy1(const unsigned char* s, unsigned char* d, Strided st, int64_t n) { copy_impl(s, d, st, n); }
-extern "C" __global__ void coil_copy2(const unsigned short* s, unsigned short* d, Strided st, int64_t n) { copy_impl(s, d, st, n); }
-extern "C" __global__ void coil_copy4(const unsigned int* s, unsigned int* d, Strided st, int64_t n) { copy_impl(s, d, st, n); }
-extern "C" __global__ void coil_copy8(const unsigned long long* s, unsigned long long* d, Strided st, int64_t n) { copy_impl(s, d, st, n); }
+// A 2-D copy into a [drows, dcols] block with row stride ld, zeros where the source [rows, cols]
+// (strides s0, s1) has no element: the kernel of dense and padded-row copies, and the
+// zero-padded operands of cuBLASLt products (src/runtime/cuda_matmul.cpp). Rows along grid.y,
+// columns along grid.x; each thread loads 32 bytes' worth of columns (a block width apart, so coalesced
+// when s1 == 1) before storing any, keeping several loads in flight; 64-bit arithmetic only
+// once per row.
+template <class T>
+__device__ void pad_impl(const T* __restrict__ s, T* __restrict__ d, int64_t rows, int64_t cols,
+                         int64_t s0, int64_t s1, int64_t drows, int64_t dcols, int64_t ld) {
+  constexpr int kUnroll = 32 / sizeof(T);  // 32 bytes per thread (16 bf16, 8 float)
+  const int c_in = int(cols), c_out = int(dcols), step1 = int(s1);
+  const int span = int(gridDim.x) * int(blockDim.x) * kUnroll;
+  for (int64_t r = blockIdx.y; r < drows; r += gridDim.y) {
+    const bool in_row = r < rows;
+    const T* sr = s + (in_row ? r * s0 : 0);
+    T* dr = d + r * ld;
+    for (int c0 = int(blockIdx.x) * int(blockDim.x) * kUnroll + int(threadIdx.x); c0 < c_out;
+         c0 += span) {
+      T v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * int(blockDim.x);
+        v[u] = in_row && c < c_in ? sr[(long long)c * step1] : T(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * int(blockDim.x);
+        if (c < c_out) dr[c] = v[u];
+      }
+    }
+  }
+}
+#define COIL_COPY(name, T) \
+  extern "C" __global__ void name(const T* s, T* d, Strided st, int64_t n) { copy_impl<T, int64_t>(s, d, st, n); } \
+  extern "C" __global__ void name##_i32(const T* s, T* d, Strided st, int64_t n) { copy_impl<T, unsigned>(s, d, st, n); } \
+  extern "C" __global__ void name##_pad(const T* s, T* d, int64_t rows, int64_t cols, int64_t s0, int64_t s1, int64_t drows, int64_t dcols, int64_t ld) { pad_impl<T>(s, d, rows, cols, s0, s1, drows, dcols, ld); }
+COIL_COPY(coil_copy1, unsigned char)
+COIL_COPY(coil_copy2, unsigned short)
+COIL_COPY(coil_copy4, unsigned int)
+COIL_COPY(coil_copy8, unsigned long long)
 )";
 
 struct Strided {
@@ -177,35 +215,105 @@ std::shared_ptr<void> CudaSteps::allocate(size_t bytes, const RunContext& ctx, v
   });
 }
 
-void CudaSteps::copy(const RuntimeTensor& src, const RuntimeTensor& dst, void* stream) const {
-  if (src.dtype != dst.dtype || src.sizes != dst.sizes || src.sizes.size() > 8)
-    throw std::runtime_error(
-        "coil: CUDA copy of a fallback result with another dtype, size or "
-        "rank > 8");
+void CudaSteps::load_copy_module() const {
   std::call_once(copy_once_, [&] {
     const auto& dev = *kernels_.device;
     cu::CubinResult r = cu::compile_to_cubin(kCopySource, dev.cc_major, dev.cc_minor, options_);
     copy_module_ = std::make_shared<cu::Module>(r.cubin);
     const char* names[4] = {"coil_copy1", "coil_copy2", "coil_copy4", "coil_copy8"};
-    for (int i = 0; i < 4; ++i) copy_fns_[i] = copy_module_->function(names[i]);
+    for (int i = 0; i < 4; ++i) {
+      copy_fns_[3 * i] = copy_module_->function(names[i]);
+      copy_fns_[3 * i + 1] = copy_module_->function(std::string(names[i]) + "_i32");
+      copy_fns_[3 * i + 2] = copy_module_->function(std::string(names[i]) + "_pad");
+    }
   });
-  Strided st{};
-  st.rank = static_cast<int>(src.sizes.size());
+}
+
+namespace {
+int size_class(DType t) {
+  const int size = dtype_size(t);
+  return size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3;
+}
+}  // namespace
+
+void CudaSteps::pad_copy(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t s0,
+                         int64_t s1, void* dst, int64_t drows, int64_t dcols, int64_t ld,
+                         void* stream) const {
+  load_copy_module();
+  if (drows <= 0 || dcols <= 0) return;
+  const unsigned block = 256;
+  // The kernel counts columns in int: rows must stay below 2^30 elements.
+  if (dcols >= (int64_t{1} << 30) || cols >= (int64_t{1} << 30) || s1 >= (int64_t{1} << 30))
+    throw std::runtime_error("coil: CUDA pad copy with rows of 2^30 elements or more");
+  // 32 bytes of columns per thread (kUnroll in the kernel), at most 2^30 columns per
+  // grid-stride step (so the int counters never wrap); rows over grid.y, looping past 65535.
+  const int64_t per_block = int64_t{block} * (32 / dtype_size(dtype));
+  const int64_t gx = std::max<int64_t>(
+      1, std::min((dcols + per_block - 1) / per_block, (int64_t{1} << 30) / per_block));
+  const int64_t gy = std::min<int64_t>(drows, 65535);
+  void* args[9] = {const_cast<void**>(&src), &dst, &rows, &cols, &s0, &s1, &drows, &dcols, &ld};
+  const cu::Driver* d = cu::Driver::get();
+  d->check_run(d->cuLaunchKernel(copy_fns_[3 * size_class(dtype) + 2], static_cast<unsigned>(gx),
+                                 static_cast<unsigned>(gy), 1, block, 1, 1, 0,
+                                 static_cast<cu::CUstream>(stream), args, nullptr),
+               "cuLaunchKernel pad copy");
+}
+
+void CudaSteps::copy(const RuntimeTensor& src, const RuntimeTensor& dst, void* stream) const {
+  if (src.dtype != dst.dtype || src.sizes != dst.sizes || src.sizes.size() > 8)
+    throw std::runtime_error(
+        "coil: CUDA copy of a fallback result with another dtype, size or "
+        "rank > 8");
+  load_copy_module();
+  // Size-1 dims dropped, then neighbours merged where both sides step through them as one
+  // (a dense-to-dense copy becomes rank 1, a padded-rows copy rank 2).
+  std::vector<int64_t> sz, ss, ds;
   int64_t n = 1;
-  for (int k = 0; k < st.rank; ++k) {
-    st.sizes[k] = src.sizes[k];
-    st.src[k] = src.strides[k];
-    st.dst[k] = dst.strides[k];
+  for (size_t k = 0; k < src.sizes.size(); ++k) {
     n *= src.sizes[k];
+    if (src.sizes[k] == 1) continue;
+    if (!sz.empty() && ss.back() == src.strides[k] * src.sizes[k] &&
+        ds.back() == dst.strides[k] * src.sizes[k]) {
+      sz.back() *= src.sizes[k];
+      ss.back() = src.strides[k];
+      ds.back() = dst.strides[k];
+      continue;
+    }
+    sz.push_back(src.sizes[k]);
+    ss.push_back(src.strides[k]);
+    ds.push_back(dst.strides[k]);
   }
   if (n == 0) return;
-  const int size = dtype_size(src.dtype);
-  const int which = size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3;
+  Strided st{};
+  st.rank = static_cast<int>(sz.size());
+  // 32-bit indices when every element offset either side can reach stays below 2^31 (the
+  // grid-stride increment must not wrap an unsigned index).
+  int64_t reach_s = 1, reach_d = 1;
+  bool non_negative = true;
+  for (int k = 0; k < st.rank; ++k) {
+    st.sizes[k] = sz[k];
+    st.src[k] = ss[k];
+    st.dst[k] = ds[k];
+    non_negative = non_negative && ss[k] >= 0 && ds[k] >= 0;
+    reach_s += (sz[k] - 1) * ss[k];
+    reach_d += (sz[k] - 1) * ds[k];
+  }
+  // Rows of unit stride on both sides (dense, or rows padded on one side): the 2-D kernel.
+  if (st.rank <= 2 && (st.rank == 0 || (ss.back() == 1 && ds.back() == 1))) {
+    const int64_t rows = st.rank == 2 ? sz[0] : 1, cols = st.rank == 0 ? 1 : sz.back();
+    const int64_t s0 = st.rank == 2 ? ss[0] : 0, d0 = st.rank == 2 ? ds[0] : cols;
+    if (d0 >= cols && cols < (int64_t{1} << 30)) {
+      pad_copy(src.data, src.dtype, rows, cols, s0, 1, dst.data, rows, cols, d0, stream);
+      return;
+    }
+  }
+  const bool narrow = non_negative && std::max({n, reach_s, reach_d}) < (int64_t{1} << 31);
+  const int which = 3 * size_class(src.dtype) + (narrow ? 1 : 0);
   void* s = src.data;
   void* dd = dst.data;
   void* args[4] = {&s, &dd, &st, &n};
   const unsigned block = 256;
-  const int64_t blocks = std::min<int64_t>((n + block - 1) / block, 65535);
+  const int64_t blocks = std::min<int64_t>((n + block - 1) / block, 65535 * 4);
   const cu::Driver* d = cu::Driver::get();
   d->check_run(d->cuLaunchKernel(copy_fns_[which], static_cast<unsigned>(blocks), 1, 1, block, 1, 1,
                                  0, static_cast<cu::CUstream>(stream), args, nullptr),

@@ -32,6 +32,11 @@ class CudaSteps {
   // dst = src on the device (same dtype and sizes, any strides).
   void copy(const RuntimeTensor& src, const RuntimeTensor& dst, void* stream) const;
 
+  // dst[r * ld + c] for r < drows, c < dcols: src[r * s0 + c * s1] inside the source's
+  // [rows, cols], zero outside (a dense or zero-padded 2-D copy; elements of `dtype`).
+  void pad_copy(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t s0, int64_t s1,
+                void* dst, int64_t drows, int64_t dcols, int64_t ld, void* stream) const;
+
   const backend::cuda::DeviceInfo& device() const { return *kernels_.device; }
 
  private:
@@ -47,9 +52,10 @@ class CudaSteps {
   CudaKernels kernels_;
   std::vector<Launch> launches_;
   CompileOptions options_;
+  void load_copy_module() const;
   mutable std::once_flag copy_once_;
   mutable std::shared_ptr<backend::cuda::Module> copy_module_;
-  mutable std::array<backend::cuda::CUfunction, 4> copy_fns_{};
+  mutable std::array<backend::cuda::CUfunction, 12> copy_fns_{};  // per size: 64-bit, 32-bit, pad
 };
 
 }  // namespace coil::runtime::detail

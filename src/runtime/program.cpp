@@ -14,6 +14,7 @@
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
+#include "cuda_matmul.h"
 #include "cuda_steps.h"
 #include "element.h"
 #include "size_expr.h"
@@ -136,6 +137,7 @@ struct Program::Impl {
   std::optional<CudaKernels> pending_cuda;  // consumed by init()
   std::unique_ptr<detail::CudaSteps> cuda;
   int num_size_symbols = 0;
+  bool allow_tf32 = false;  // CompileOptions::cuda_allow_tf32, for float32 cuBLASLt products
   // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
   mutable std::atomic<bool> profiling{false};
   mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;
@@ -167,8 +169,8 @@ struct Program::Impl {
   }
 
   // mm/bmm/addmm through cuBLASLt; false when the operands need the host path.
-  static bool cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
-                          const RuntimeTensor& out, void* stream, std::string* why);
+  bool cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                   const RuntimeTensor& out, const RunContext& rc, std::string* why) const;
 
   void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                   std::vector<std::shared_ptr<void>>& storages,
@@ -212,6 +214,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   m.num_size_symbols = static_cast<int>(program.size_symbols.size());
   m.num_buffers = static_cast<int>(program.buffers.size());
   m.rng_state = program.rng_state;
+  m.allow_tf32 = options.cuda_allow_tf32;
   if (options.seed >= 0) {
     m.seed = static_cast<uint64_t>(options.seed);
   } else {
@@ -364,7 +367,13 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         call.outputs.push_back(spec(b));
         const Root& r = roots[b];
         bool exclusive = r.kind == Root::Storage && r.buffer == b;
-        if (exclusive)
+        // A convolution's result is always a fresh tensor, so it may also take over a storage
+        // the memory plan shares with other buffers of equal size (dead before it, or written
+        // after it): they then use the adopted block. run_extern checks the block is big
+        // enough. Other host ops might return an alias of an input, which must not be shared.
+        const bool fresh =
+            node->kind == ExternKind::Convolution || node->kind == ExternKind::ConvolutionBackward;
+        if (exclusive && !fresh)
           for (BufferId o : m.storage_buffers[r.index])
             if (roots[o].buffer != b) exclusive = false;
         call.adoptable.push_back(exclusive);
@@ -528,7 +537,8 @@ uint64_t splitmix64(uint64_t x) {
 }  // namespace
 
 bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
-                                const RuntimeTensor& out, void* stream, std::string* why) {
+                                const RuntimeTensor& out, const RunContext& rc,
+                                std::string* why) const {
   namespace cu = backend::cuda;
   const bool addmm = call.kind == ExternKind::Addmm;
   const RuntimeTensor& a = ins[addmm ? 1 : 0];
@@ -541,6 +551,7 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
   const size_t o = r - 2;  // first matrix dim
   cu::GemmArgs g;
   g.dtype = a.dtype;
+  g.allow_tf32 = allow_tf32;
   if (b.dtype != a.dtype || out.dtype != a.dtype) {
     *why = "mixed dtypes";
     return false;
@@ -578,7 +589,7 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
       g.bias = bias.data;
     }
   }
-  return cu::gemm(g, stream, why);
+  return detail::run_gemm(g, *cuda, rc, why);
 }
 
 void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
@@ -590,7 +601,7 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   if (call.provider == Provider::Library && cuda) {
     RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
     std::string why;
-    if (cuda_matmul(call, ins, out, rc.stream, &why)) return;
+    if (cuda_matmul(call, ins, out, rc, &why)) return;
     if (!call.host_ok)
       throw std::runtime_error("coil: cannot run " + call.op + " on the GPU: " + why);
   }
@@ -609,8 +620,15 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
                                  " has sizes " + dims_text(r.sizes) + ", expected " +
                                  dims_text(dst.sizes));
       bool same_layout = r.dtype == dst.dtype && r.owner && call.adoptable[k] && r.data;
-      for (size_t d = 0; same_layout && d < r.sizes.size(); ++d)
+      int64_t span = 1;  // elements from r.data to its last element, inclusive
+      for (size_t d = 0; same_layout && d < r.sizes.size(); ++d) {
         if (r.sizes[d] > 1 && r.strides[d] != dst.strides[d]) same_layout = false;
+        if (r.sizes[d] > 1) span += (r.sizes[d] - 1) * r.strides[d];
+        if (r.sizes[d] == 0 || r.strides[d] < 0) same_layout = false;
+      }
+      if (same_layout && spec.root.kind == Root::Storage)
+        same_layout = span * dtype_size(r.dtype) >=
+                      eval_size(storage_bytes[spec.root.index], env, code.data());
       if (same_layout && dst.data == bufs[spec.buffer]) {
         // Adopt the host's result as the storage: no copy.
         int s = spec.root.index;

@@ -31,9 +31,19 @@ SizeExpr SizeCompiler::compile(sym::Expr e) {
 }
 
 void SizeCompiler::emit(sym::Expr e, int depth) {
+  using K = sym::ExprKind;
+  if ((e->kind == K::Add || e->kind == K::Mul) && e->operands.size() > 2) {
+    // A long flat sum (a cat of many symbolic pieces) accumulates pairwise, so the stack
+    // stays two deep whatever the number of terms.
+    emit(e->operands[0], depth);
+    for (size_t i = 1; i < e->operands.size(); ++i) {
+      emit(e->operands[i], depth + 1);
+      code.push_back({e->kind == K::Add ? SizeCode::Add : SizeCode::Mul, 2, 0});
+    }
+    return;
+  }
   COIL_USER_CHECK(depth + static_cast<int>(e->operands.size()) < kMaxDepth)
       << "size expression too deep";
-  using K = sym::ExprKind;
   switch (e->kind) {
     case K::Const:
       code.push_back({SizeCode::Const, 0, e->value});

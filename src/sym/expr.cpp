@@ -558,6 +558,10 @@ Expr Context::symbol(std::string_view name, Range range) {
   return e;
 }
 
+bool Context::has_symbol(std::string_view name) const {
+  return impl_->symbols.count(std::string(name)) != 0;
+}
+
 void Context::set_range(Expr symbol, Range range) {
   COIL_CHECK(symbol && symbol->is_symbol()) << "set_range on a non-symbol";
   COIL_USER_CHECK(range.lo <= range.hi)

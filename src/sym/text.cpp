@@ -5,7 +5,9 @@
 // text reads unambiguously: 4*(i0//4) + i0 % 4, (i0 + 1)//4. Sums print negative terms with
 // " - ". parse() accepts the same syntax plus unary minus, > and >=, and builds through the
 // canonicalizing constructors, so parse(str(e)) == e.
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <limits>
 #include <string>
 
@@ -269,5 +271,29 @@ std::string Context::str(Expr e) const {
 }
 
 Expr Context::parse(std::string_view text) { return Parser(*this, text).parse_all(); }
+
+void Context::set_ranges(std::string_view text) {
+  auto number = [&](std::string_view f, std::string_view entry) {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+    COIL_USER_CHECK(ec == std::errc() && end == f.data() + f.size())
+        << "symbol range '" << entry << "': '" << f << "' is not an integer";
+    return v;
+  };
+  while (!text.empty()) {
+    size_t semi = text.find(';');
+    std::string_view entry = text.substr(0, semi);
+    text = semi == std::string_view::npos ? std::string_view{} : text.substr(semi + 1);
+    if (entry.empty()) continue;
+    size_t c1 = entry.find(':'), c2 = entry.rfind(':');
+    COIL_USER_CHECK(c1 != std::string_view::npos && c2 != c1 && c1 > 0)
+        << "symbol range '" << entry << "': expected name:lo:hi";
+    std::string_view hi = entry.substr(c2 + 1);
+    Range r{number(entry.substr(c1 + 1, c2 - c1 - 1), entry),
+            hi.empty() ? kMaxSize : std::min(number(hi, entry), kMaxSize)};
+    COIL_USER_CHECK(r.lo >= 0 && r.lo <= r.hi) << "symbol range '" << entry << "' is empty";
+    set_range(symbol(entry.substr(0, c1)), r);
+  }
+}
 
 }  // namespace coil::sym

@@ -153,6 +153,29 @@ def test_addmm_runs_on_cublaslt_with_bias_epilogue(dtype):
     torch.testing.assert_close(out, torch.addmm(b, a, w.t()), **(tol if dtype != torch.float16 else dict(rtol=1e-2, atol=1e-2)))
 
 
+# Products with a dimension that is not a multiple of 16 bytes (GPT-2's 50257-word vocabulary)
+# run on zero-padded operand copies (src/runtime/cuda_matmul.cpp); each case is big enough
+# (>= 2^31 multiply-adds) to take that path: odd N with a bias, odd K, odd M read column-major.
+_ODD = {
+    "odd_n_bias": (lambda x, w, b: F.linear(x, w, b), ((4096, 1024), (1001, 1024), (1001,))),
+    "odd_k": (lambda x, w: F.linear(x, w), ((4096, 1001), (1024, 1001))),
+    "odd_m_transposed": (lambda g, x: g.t() @ x, ((4096, 1001), (4096, 1024))),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", sorted(_ODD))
+def test_matmul_with_odd_dimensions(case, dtype):
+    fn, shapes = _ODD[case]
+    inputs = [_randn(*s, dtype=dtype) for s in shapes]
+    got, want = _run(fn, *inputs)
+    assert got.shape == want.shape
+    # Scale: sums of ~1000-4000 unit products; bf16 rounds each output to 8 bits.
+    tol = dict(rtol=1e-3, atol=1e-2) if dtype == torch.float32 else dict(rtol=2e-2, atol=0.5)
+    torch.testing.assert_close(got.float(), want.float(), **tol)
+
+
 @pytest.mark.gpu
 def test_bmm_transposed_operands():
     q, k = _randn(6, 32, 16), _randn(6, 48, 16)

@@ -28,7 +28,7 @@ FUZZ_SLOW_SEEDS = range(1000, 1600)
 # Open bugs the fuzzer found, kept as strict expected failures until fixed (docs/fuzzing.md):
 # seed 23 became reachable when dynamic shapes landed (before, dynamic=True graphs fell back):
 # the second call of a dynamic f16 graph with an expanded input gives a wrong gradient.
-KNOWN_WRONG = {23: "dynamic f16 graph, expanded input: wrong gradient on the second call"}
+KNOWN_WRONG: dict[int, str] = {}
 
 
 def _check_seed(seed: int) -> None:

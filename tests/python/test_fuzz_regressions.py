@@ -159,10 +159,94 @@ def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     check(f, torch.randn(6, 6, 8), dynamic=True, grad=True)
 
 
-@pytest.mark.xfail(strict=True, reason="open: seed 23, dynamic graph returning a view of an "
-                   "expanded input gets a wrong input gradient (docs/fuzzing.md)")
 def test_dynamic_view_output_of_expanded_input_gradient(real_coil):
+    # Seed 23: a dynamic graph returning a view of an input. AOTAutograd regenerates such an
+    # output from the input; with symbolic sizes it cannot replay its recorded views and used
+    # as_strided on coil's (base-less) output, whose backward on an expanded (self-overlapping)
+    # input averages the gradient over the aliased elements. coil now rebuilds view outputs
+    # by running the FX view ops on the input (fx_export.py: _replay_view).
     def f(x):
         return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1), x.reshape((6, 6, -1)))
 
     check(f, torch.randn(1, 6, 8).expand(6, 6, 8), dynamic=True, grad=True)
+    check(f, torch.randn(1, 6, 8).expand(6, 6, 8), dynamic=False, grad=True)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_view_outputs_of_inputs_gradient(real_coil, dynamic):
+    # The same through chains of views of a self-overlapping and an offset input; with
+    # dynamic=True one graph serves every size. (AOTAutograd replays views whose arguments are
+    # not symbolic itself; the reshapes to symbolic sizes are the ones that went wrong.)
+    def f(x, y):
+        return (x.reshape(x.shape[0], -1)[1:], x.permute(2, 0, 1)[1:],
+                x.unsqueeze(0).expand(2, -1, -1, -1), y.view(-1)[2:], y[:, 1:3] * 2,
+                y.t()[::2])
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="coil", fullgraph=True, dynamic=dynamic,
+                       options={"strict": True})
+    for n in (6, 9, 13):
+        # Detached: leaves without a _base, as the seed's inputs were.
+        x = torch.randn(1, n, 5).expand(4, n, 5).detach().requires_grad_(True)
+        y = torch.randn(n * 4 + 1)[1:].view(n, 4).detach().requires_grad_(True)
+        expected, actual = f(x, y), cf(x, y)
+        v = compare(actual, expected)
+        assert v, v.detail
+        cot = [torch.randn_like(o) for o in expected]
+        v = compare(list(torch.autograd.grad(actual, [x, y], cot)),
+                    list(torch.autograd.grad(expected, [x, y], cot)))
+        assert v, f"n={n} gradients: {v.detail}"
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_dynamic_index_matmul_flip(real_coil, strict):
+    # Seed 973 (dynamic): `ExportError: unsupported call target mul` escaped in non-strict
+    # mode before the dynamic front end folded Python arithmetic on SymInts. The program: an
+    # expanded input, indexing by an int tensor, a matmul with a [1, 1] operand, a flip.
+    def f(x1, x2, x3, x4):
+        v2 = torch.reciprocal(torch.acosh(x1.abs() + 1.1))
+        return (torch.nn.functional.hardtanh(v2, -0.5, 0.5), torch.atan2(v2, x2.abs() + 0.5),
+                torch.matmul(x1[:, x3], x4), x4[..., None], torch.flip(x4, (0, 1)))
+
+    g = torch.Generator().manual_seed(973)
+    x1 = torch.randn(1, 17, 3, 1, generator=g).expand(3, 17, 3, 1)
+    x2 = torch.randint(0, 5, (1, 1, 1, 1), generator=g)
+    x3 = torch.randint(-17, 17, (4, 16), generator=g).t()
+    x4 = torch.randn(1, 1, generator=g)
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="coil", fullgraph=True, dynamic=True,
+                       options={"strict": strict})
+    v = compare(cf(x1, x2, x3, x4), f(x1, x2, x3, x4))
+    assert v, v.detail
+    torch._dynamo.reset()
+
+
+def test_unsupported_call_target_falls_back_with_reason(real_coil):
+    # An FX call the exporter cannot express (here Python's operator.mul on tensors, which
+    # AOTAutograd never emits but a hand-made graph can) runs that graph eagerly and reports
+    # the reason in non-strict mode, and raises it in strict mode; it never escapes otherwise.
+    import operator
+
+    import coil
+    from coil.backend import compile_aten_graph
+    from coil.options import build_options
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(operator.mul, (x, x))
+    graph.output((y,))
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.randn(3, 4))
+        x.meta["val"], y.meta["val"] = fake, fake * fake
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    t = torch.randn(3, 4)
+    coil.reset_report()
+    fn = compile_aten_graph(gm, [t], build_options({"strict": False}))
+    (out,) = fn([t])
+    torch.testing.assert_close(out, t * t)
+    reasons = [r for _, r in coil.report().graphs_fallen_back]
+    assert any("unsupported call target mul" in r for r in reasons), reasons
+    with pytest.raises(Exception, match="unsupported call target mul"):
+        compile_aten_graph(gm, [t], build_options({"strict": True}))

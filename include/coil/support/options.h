@@ -28,7 +28,8 @@ namespace coil {
   X(int64_t, seed, -1, false)                    /* rand/randn base seed; -1: nondeterministic */ \
   X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
   X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
-  X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */
+  X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */    \
+  X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" size symbol ranges (ShapeEnv) */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

@@ -82,6 +82,8 @@ class Context {
   // The symbol with this name; created on first use with range `range`. Asking again returns
   // the same Expr (and does not change its range; use set_range).
   Expr symbol(std::string_view name, Range range = Range{});
+  // Whether a symbol of this name exists (fresh names must not capture a graph's symbol).
+  bool has_symbol(std::string_view name) const;
   // Simplification uses the ranges in force when an expression is built (built expressions are
   // not revisited), so set ranges before building; bounds() always uses the current ranges.
   void set_range(Expr symbol, Range range);
@@ -135,6 +137,9 @@ class Context {
   //   a < b, a <= b, a == b, a != b
   std::string str(Expr e) const;
   Expr parse(std::string_view text);  // throws CompileError on bad text
+  // Sets symbol ranges from "name:lo:hi" entries separated by ';' (hi empty: unbounded), e.g.
+  // "s0:3:64;s1:2:" (Dynamo's ShapeEnv value ranges, set before the graph is parsed).
+  void set_ranges(std::string_view text);
 
  private:
   struct Impl;

@@ -285,16 +285,16 @@ class KernelEmitter {
       auto c = ctx_.as_const(d);
       return c && (*c == 1 || (!store && *c == 0));
     };
-    std::vector<bool> variant;
-    for (const Instr& in : n.body.instrs) {
-      if (in.kind == InstrKind::Indirect) return false;
+    std::vector<bool> variant = variant_instrs(n, {var});
+    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+      const Instr& in = n.body.instrs[i];
+      // An index bound per element is a gather; one that is the same along the loop (a cat's
+      // running offset) is not.
+      if (in.kind == InstrKind::Indirect && variant[i]) return false;
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      if (in.mask >= 0) {
-        // A mask that is the same along the loop (a padded or sliced row) keeps the loop
-        // vectorizable; one that changes along it would need masked vector loads.
-        if (variant.empty()) variant = variant_instrs(n, {var});
-        if (variant[in.mask]) return false;
-      }
+      // A mask that is the same along the loop (a padded or sliced row) keeps the loop
+      // vectorizable; one that changes along it would need masked vector loads.
+      if (in.mask >= 0 && variant[in.mask]) return false;
       if (!stride_ok(flat_index(in.buffer, in.index), false)) return false;
     }
     if (check_store && !locals_.count(n.out) &&

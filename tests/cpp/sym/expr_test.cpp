@@ -359,5 +359,24 @@ TEST_F(SymTest, SymbolicCommonFactorRemainder) {
   EXPECT_EQ(c.floordiv(loose, P("32*s1"))->kind, ExprKind::FloorDiv);
 }
 
+// Ranges from outside the graph (Dynamo's ShapeEnv, the `symbol_ranges` compile option).
+TEST(SymRanges, SetRangesFromText) {
+  Context c;
+  c.set_ranges("s0:3:64;s1:2:;;s2:5:5");
+  Expr s0 = c.symbol("s0"), s1 = c.symbol("s1"), s2 = c.symbol("s2");
+  EXPECT_EQ(c.symbol_range(s0).lo, 3);
+  EXPECT_EQ(c.symbol_range(s0).hi, 64);
+  EXPECT_EQ(c.symbol_range(s1).lo, 2);
+  EXPECT_EQ(c.symbol_range(s1).hi, kMaxSize);
+  EXPECT_TRUE(c.symbol_range(s2).is_point());
+  // A slice [1:3] of a dim s0 >= 3 has exactly 2 elements; without the bound it is
+  // min(3, s0) - 1.
+  EXPECT_EQ(c.as_const(c.sub(c.min(c.constant(3), s0), c.one())), 2);
+  EXPECT_EQ(c.as_const(c.sub(c.min(c.constant(3), s1), c.one())), std::nullopt);
+  EXPECT_TRUE(c.provably_lt(s0, c.constant(65)));
+  for (const char* bad : {"s0", "s0:3", "s0:x:4", "s0:5:4", ":2:3", "s0:-1:"})
+    EXPECT_THROW(c.set_ranges(bad), CompileError) << bad;
+}
+
 }  // namespace
 }  // namespace coil::sym

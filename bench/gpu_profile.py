@@ -1,0 +1,103 @@
+"""Where a GPU case's time goes, per compiler: host wall time per call against the GPU kernel
+time inside it, and the kernels that take the most (torch.profiler, CUPTI).
+
+    python bench/gpu_profile.py --quick --cases gpt2_infer,attention [--compilers coil,inductor]
+
+A call whose wall time is far above its summed kernel time is host-bound (launch overhead,
+allocation, Python); one whose kernel time is high runs slow kernels. Prints a short text report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+from gpu import Device, compile_model, make_step, tf32  # noqa: E402
+from gpu_models import CASES  # noqa: E402
+
+
+def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool) -> None:
+    dev = Device("cuda")
+    master, inputs = case.build(size)[:2]
+    model = master.to(dev.device)
+    inputs = tuple(x.to(dev.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+    with tf32(case.tf32):
+        target = compile_model(compiler, model, {}, tempfile.mkdtemp(prefix="coilprof-"))
+        step = make_step(case, model, target)
+        for _ in range(3):
+            step(inputs)
+        dev.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step(inputs)
+        host_issue = (time.perf_counter() - t0) / calls
+        dev.sync()
+        wall = (time.perf_counter() - t0) / calls
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(calls):
+                step(inputs)
+            dev.sync()
+    kernels = collections.Counter()
+    counts = collections.Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[ev.name] += ev.device_time
+            counts[ev.name] += 1
+    gpu_us = sum(kernels.values()) / calls
+    n = sum(counts.values()) / calls
+    print(f"\n=== {case.name} / {compiler}: wall {wall * 1e3:.3f} ms per call (host issue "
+          f"{host_issue * 1e3:.3f} ms), GPU kernel time {gpu_us / 1e3:.3f} ms in {n:.0f} "
+          f"kernels per call")
+    for name, us in kernels.most_common(top):
+        print(f"  {us / calls:9.1f} us  x{counts[name] / calls:5.1f}  {name[:110]}")
+    if host:  # where the host's time goes (Python and the C++ run call as one entry)
+        import cProfile
+        import io
+        import pstats
+
+        prof_host = cProfile.Profile()
+        with tf32(case.tf32):  # as compiled: another flag would make Dynamo recompile
+            prof_host.enable()
+            for _ in range(calls):
+                step(inputs)
+            prof_host.disable()
+        dev.sync()
+        buf = io.StringIO()
+        pstats.Stats(prof_host, stream=buf).sort_stats("tottime").print_stats(top)
+        lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+        print("\n".join(lines[3:]))
+    del model, target, step
+    torch._dynamo.reset()
+    dev.release()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="gpt2_infer")
+    ap.add_argument("--compilers", default="inductor,coil")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--host", action="store_true", help="also cProfile the host side")
+    args = ap.parse_args()
+    size = "quick" if args.quick else "full"
+    for name in args.cases.split(","):
+        for compiler in args.compilers.split(","):
+            try:
+                profile_one(CASES[name], compiler, size, args.calls, args.top, args.host)
+            except Exception as e:  # one failing case must not hide the others
+                print(f"\n=== {name} / {compiler}: FAILED {type(e).__name__}: {e}"[:400])
+
+
+if __name__ == "__main__":
+    main()
