@@ -103,17 +103,30 @@ def test_half_comparison_rounds_the_scalar(real_coil, dtype):
 
 def test_cat_of_a_tensor_with_itself_split_loop(real_coil):
     # Seed 1320: cat([v, v]) of a 12-element v, its loop split [24] -> [12, 2] to align with v's
-    # kernel (fusion then refused). g++ 12.2 -O3 miscompiled that kernel (jump threading, then
-    # vectorization): out[12:16] came back 0. coil now passes -fno-thread-jumps to GCC.
+    # kernel (fusion then refused). g++ 12.2 -O3 unrolled the 2-trip inner loop, vectorized the
+    # outer one, and its masked loads read zeros: out[12:16] came back 0. coil now emits
+    # `#pragma GCC unroll 1` on the loops of kernels with masked loads. The same miscompile hit
+    # a pad of a [6, 6, 8] input under other flags: pads of several shapes are checked too.
     def f(x0, x1):
         v0 = x0 - x1
         return (torch.cat([v0, v0], -2),)
 
-    torch._dynamo.reset()
-    x0, x1 = torch.randn(1, 12, 1), torch.randn(1, 12, 1)
-    cf = torch.compile(f, backend="coil", fullgraph=True,
-                       options={"strict": True, "inline_pointwise": False})
-    torch.testing.assert_close(cf(x0, x1)[0], f(x0, x1)[0], rtol=0, atol=0)
+    def g(x):
+        return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1),
+                torch.nn.functional.pad(x * 2, (0, 3, 1, 1)))
+
+    opts = {"strict": True, "inline_pointwise": False}
+    for n in (6, 12, 24, 40):
+        torch._dynamo.reset()
+        x0, x1 = torch.randn(1, n, 1), torch.randn(1, n, 1)
+        cf = torch.compile(f, backend="coil", fullgraph=True, options=opts)
+        torch.testing.assert_close(cf(x0, x1)[0], f(x0, x1)[0], rtol=0, atol=0)
+    for shape in ((6, 6, 8), (3, 8, 4), (5, 2, 16), (8, 1)):
+        torch._dynamo.reset()
+        x = torch.randn(shape)
+        cg = torch.compile(g, backend="coil", fullgraph=True, options=opts)
+        for a, e in zip(cg(x), g(x)):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
     torch._dynamo.reset()
 
 

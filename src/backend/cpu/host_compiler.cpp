@@ -156,16 +156,6 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
 constexpr const char* kFixedFlags = "-fno-math-errno -fno-trapping-math";
 constexpr const char* kTailFlags = "-fopenmp -shared -fPIC -std=c++17";
 
-// Flags for GCC only (its `--version` names the Free Software Foundation; clang's does not).
-// -fno-thread-jumps: g++ 12.2 miscompiles a loop nest whose inner loop runs twice and which reads
-// one buffer under two complementary conditions (a cat of a tensor with itself, split [24] ->
-// [12, 2]): jump threading before vectorization duplicates the store, and the vectorized loop
-// then stores zeros (fuzz seed 1320, docs/fuzzing.md; HostCompiler.ThreadJumpsMiscompile).
-// Kernels are branch-poor loop nests, so threading gains them little.
-std::string compiler_specific_flags(const std::string& version) {
-  return version.find("Free Software Foundation") != std::string::npos ? "-fno-thread-jumps" : "";
-}
-
 }  // namespace
 
 // ---- SharedLibrary ----------------------------------------------------------------------------
@@ -205,10 +195,8 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
   COIL_USER_CHECK(!headers.empty() && fs::is_directory(headers))
       << "runtime headers directory '" << headers << "' not found";
   const std::string cxx = options.cxx.empty() ? std::string("g++") : options.cxx;
-  const std::string version = compiler_version(cxx);
-  const std::string fixed = std::string(kFixedFlags) + " " + compiler_specific_flags(version);
   auto command_for = [&](const std::string& src, const std::string& out) {
-    return cxx + " " + fixed + " " + options.cxx_flags + " " + kTailFlags + " -I" +
+    return cxx + " " + kFixedFlags + " " + options.cxx_flags + " " + kTailFlags + " -I" +
            shell_quote(headers) + " -o " + shell_quote(out) + " " + shell_quote(src);
   };
 
@@ -218,8 +206,8 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
     // Key: everything that can change the object, but not the paths (the cache is relocatable).
     detail::Sha256 h;
     h.update("coil-host-compile-v1");
-    for (const std::string& part :
-         {cxx, fixed, options.cxx_flags, std::string(kTailFlags), version}) {
+    for (const std::string& part : {cxx, std::string(kFixedFlags), options.cxx_flags,
+                                    std::string(kTailFlags), compiler_version(cxx)}) {
       h.update(std::to_string(part.size()) + ":");
       h.update(part);
     }
