@@ -185,6 +185,32 @@ def test_low_precision_index_add_accumulates_in_float32(real_coil, dtype):
     assert v, v.detail
     torch._dynamo.reset()
 
+def test_saved_activation_with_other_strides_than_traced(real_coil):
+    # Seeds 1948, 2026: relu of a permuted input, kept unfused (inline_pointwise off): coil's
+    # forward returns the saved relu output dense, while AOTAutograd compiled the backward for
+    # eager's permuted strides. The backward's run-time check raised InputMismatchError and the
+    # graph ran eagerly for good; now such inputs are copied into the traced strides
+    # (fx_export.py: relayout_inputs) and coil runs the backward.
+    import coil
+
+    def f(x):
+        return (torch.relu(x.permute(0, 2, 1, 3)).transpose(2, -4),)
+
+    torch._dynamo.reset()
+    coil.reset_report()
+    x = torch.randn(17, 12, 2, 3, requires_grad=True)
+    xc = x.detach().clone().requires_grad_(True)
+    cf = torch.compile(f, backend="coil", fullgraph=True,
+                       options={"strict": True, "inline_pointwise": False})
+    for _ in range(2):
+        outs, ref = cf(xc), f(x)
+        cots = [torch.randn(o.shape) for o in ref]
+        (ga,) = torch.autograd.grad(outs, [xc], cots)
+        (ge,) = torch.autograd.grad(ref, [x], cots)
+        torch.testing.assert_close(ga, ge)
+    assert not coil.report().graphs_fallen_back
+    torch._dynamo.reset()
+
 def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
     # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first
