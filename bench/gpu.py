@@ -396,6 +396,8 @@ def warm_up_compilers(dev: Device, args, cache_root: str) -> dict[str, str]:
                 if comp == "inductor":
                     fn = torch.compile(f)
                 else:
+                    import coil  # noqa: F401  (registers the "coil" backend without the entry point)
+
                     fn = torch.compile(f, backend="coil", options={
                         **args.coil_options, "cache_dir": tempfile.mkdtemp(dir=cache_root)})
                 fn(x)

@@ -127,29 +127,55 @@ std::vector<const TensorValue*> tensor_list(LoweringContext& ctx, const Arg* a) 
 
 // --- cat
 
-// The offsets of a cat's pieces as the body uses them. A symbolic offset is the flat sum of
-// the lengths before it, so writing every piece's offset out makes a cat of n symbolic pieces
-// quadratic in n (kernel text, simplifier work, g++ time). An offset of more than two terms is
-// instead a fresh symbol bound (Indirect) to the previous offset plus one length: linear. The
-// bound symbols do not depend on the loop indices, so the emitter computes them outside the
-// inner loop and the loads stay affine. The last offset (the total, the loop extent) stays an
-// expression: `x < total` then simplifies away.
-std::vector<Expr> running_offsets(LoweringContext& ctx, BodyBuilder& b,
-                                  const std::vector<Expr>& offsets) {
+// The offsets of a cat's pieces. A symbolic offset is the flat sum of the lengths before it,
+// so writing every piece's offset out makes a cat of n symbolic pieces quadratic in n (kernel
+// text, simplifier work, g++ time). Offsets stay expressions while they have at most two terms;
+// from the first longer one on, each is a fresh symbol bound in the body (Indirect) to the
+// previous offset plus one length, and only its range is computed here: linear. The bound
+// symbols do not depend on the loop indices, so the emitter computes them outside the inner
+// loop and the loads stay affine. The last offset (the total, the loop extent) stays an
+// expression, so `x < total` simplifies away.
+struct CatOffsets {
+  std::vector<Expr> lengths;       // piece k's length along the cat dim
+  std::vector<Expr> exprs;         // n + 1 offsets; nullptr: bound in the body
+  std::vector<sym::Range> ranges;  // of the bound ones
+};
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  if (b > 0 && a > sym::kMaxSize - b) return sym::kMaxSize;
+  return a + b;
+}
+
+CatOffsets cat_offsets(sym::Context& c, std::vector<Expr> lengths) {
+  const size_t n = lengths.size();
+  CatOffsets o;
+  o.exprs.assign(n + 1, nullptr);
+  o.ranges.assign(n + 1, sym::Range{0, 0});
+  o.exprs[0] = c.zero();
+  for (size_t k = 1; k < n; ++k) {
+    sym::Range lr = c.bounds(lengths[k - 1]);
+    o.ranges[k] = {saturating_add(o.ranges[k - 1].lo, lr.lo),
+                   saturating_add(o.ranges[k - 1].hi, lr.hi)};
+    if (o.exprs[k - 1] == nullptr) continue;
+    Expr e = c.add(o.exprs[k - 1], lengths[k - 1]);
+    if (e->kind != sym::ExprKind::Add || e->operands.size() <= 2) o.exprs[k] = e;
+  }
+  o.exprs[n] = c.sum(lengths);
+  o.lengths = std::move(lengths);
+  return o;
+}
+
+// The offsets for one body: bound symbols for those cat_offsets left to the body.
+std::vector<Expr> running_offsets(LoweringContext& ctx, BodyBuilder& b, const CatOffsets& o) {
   sym::Context& c = ctx.ctx();
-  std::vector<Expr> out = offsets;
+  std::vector<Expr> out = o.exprs;
   InstrId prev = -1;  // the value of out[k - 1] when it is a bound symbol
-  for (size_t k = 1; k + 1 < offsets.size(); ++k) {
-    Expr e = offsets[k];
-    if (e->kind != sym::ExprKind::Add || e->operands.size() <= 2) {
-      prev = -1;
-      continue;
-    }
-    Expr step = c.sub(e, offsets[k - 1]);
+  for (size_t k = 1; k + 1 < out.size(); ++k) {
+    if (out[k] != nullptr) continue;
     InstrId base = prev >= 0 ? prev : b.index_expr(out[k - 1]);
-    InstrId v = b.op(InstrKind::Add, DType::Int64, base, b.index_expr(step));
+    InstrId v = b.op(InstrKind::Add, DType::Int64, base, b.index_expr(o.lengths[k - 1]));
     out[k] = ctx.fresh_vars(1, 't')[0];
-    c.set_range(out[k], c.bounds(e));
+    c.set_range(out[k], o.ranges[k]);
     prev = b.indirect(v, out[k]);
   }
   return out;
@@ -181,10 +207,11 @@ std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
     })};
   }
   if (pieces.size() == 1) return {pieces[0]};
-  std::vector<Expr> offsets{c.zero()};
-  for (const TensorValue& p : pieces) offsets.push_back(c.add(offsets.back(), p.sizes[dim]));
+  std::vector<Expr> lengths;
+  for (const TensorValue& p : pieces) lengths.push_back(p.sizes[dim]);
+  CatOffsets offsets = cat_offsets(c, std::move(lengths));
   std::vector<Expr> sizes = pieces[0].sizes;
-  sizes[dim] = offsets.back();
+  sizes[dim] = offsets.exprs.back();
   int cost = 0, reads = 0;
   for (const TensorValue& p : pieces) {
     cost += p.inline_cost + 3;

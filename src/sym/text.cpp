@@ -10,6 +10,7 @@
 #include <charconv>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "coil/support/error.h"
 #include "expr_impl.h"
@@ -172,14 +173,16 @@ class Parser {
   }
 
   Expr additive() {
-    Expr a = multiplicative();
+    // All terms first, then one sum: adding them one by one rebuilds a growing sum per term,
+    // quadratic in a long size like t0 + t1 + ... + t127 (a cat of many pieces).
+    std::vector<Expr> terms{multiplicative()};
     for (;;) {
       if (accept("+")) {
-        a = ctx_.add(a, multiplicative());
+        terms.push_back(multiplicative());
       } else if (accept("-")) {
-        a = ctx_.sub(a, multiplicative());
+        terms.push_back(ctx_.neg(multiplicative()));
       } else {
-        return a;
+        return terms.size() == 1 ? terms[0] : ctx_.sum(terms);
       }
     }
   }

@@ -50,13 +50,17 @@ class CountingCoil:
 
 
 def _size1_pattern(name: str, b: int, t: int) -> tuple[bool, bool]:
-    """Which dynamic dims make some size of the traced graph 1 (Dynamo specializes those).
+    """Which dynamic dims make some size of the traced graph 1 (Dynamo specializes those), or
+    cross another bound Dynamo guards.
     gpt2 slices logits[:, :-1], so t == 2 is its size-1 case (Dynamo guards t >= 3 in the
     dynamic graph); resnet's second coordinate is the fixed image side."""
     if name == "gpt2":
         return (b == 1, t == 2)
     if name == "resnet18_train":
-        return (b == 1, False)
+        # The second: Dynamo guards the batch 2 <= b <= 15 (the fake convolution asks
+        # torch._C._select_conv_backend, whose choice changes at 16), so b >= 16 is one more
+        # Dynamo graph, whatever the backend.
+        return (b == 1, b >= 16)
     return (b == 1, t == 1)
 
 
