@@ -346,8 +346,7 @@ class ExportedGraph:
                 return None
             if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), want)):
                 continue
-            fixed[k] = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
-            fixed[k].copy_(t)
+            fixed[k] = _restrided(t, want)
             changed = True
         return fixed if changed else None
 
@@ -361,7 +360,7 @@ class ExportedGraph:
                 t = coil_outs[v]
                 want = self.gapped_outputs.get(v)
                 if want is not None and not _same_strides(t, want):
-                    t = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device).copy_(t)
+                    t = _restrided(t, want)
                 out.append(t)
             elif kind == "input":
                 out.append(args[v])
@@ -412,6 +411,19 @@ def _view_chain(node: fx.Node, placeholders: dict[fx.Node, int]):
         chain.append(node)
         node = node.args[0]
     return (placeholders[node], chain[::-1]) if chain else None
+
+
+def _restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
+    """A copy of t with the given strides. Strides may be 0 (an expanded tensor, as a graph
+    returns or reads it): t holds one value along such a dim, so only its first index is written
+    (copy_ refuses a destination whose elements overlap; fuzz seed 3010)."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    dst, src = out, t
+    for d, (n, st) in enumerate(zip(t.shape, strides)):
+        if st == 0 and n > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return out
 
 
 def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
