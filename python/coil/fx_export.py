@@ -346,7 +346,7 @@ class ExportedGraph:
                 return None
             if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), want)):
                 continue
-            fixed[k] = _restride(t, want)
+            fixed[k] = _restrided(t, want)
             changed = True
         return fixed if changed else None
 
@@ -360,7 +360,7 @@ class ExportedGraph:
                 t = coil_outs[v]
                 want = self.gapped_outputs.get(v)
                 if want is not None and not _same_strides(t, want):
-                    t = _restride(t, want)
+                    t = _restrided(t, want)
                 out.append(t)
             elif kind == "input":
                 out.append(args[v])
@@ -413,24 +413,31 @@ def _view_chain(node: fx.Node, placeholders: dict[fx.Node, int]):
     return (placeholders[node], chain[::-1]) if chain else None
 
 
-def _restride(t: torch.Tensor, strides) -> torch.Tensor:
-    """t's values in a tensor with the given strides. Strides that overlap (an expanded output
-    saved for the backward, stride 0) cannot be made by copy_ into empty_strided, which refuses
-    to write one memory location twice: the storage is filled element by element instead."""
-    dims = sorted((st, n) for n, st in zip(t.shape, strides) if n > 1)
+def _restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
+    """A copy of t with the given strides. Strides may be 0 (an expanded tensor, as a graph
+    returns or reads it): t holds one value along such a dim, so only its first index is written
+    (copy_ refuses a destination whose elements overlap; fuzz seed 3010). Other overlapping
+    strides (an as_strided output) are filled element by element: elements sharing a location
+    hold the same value, as they alias in eager too."""
+    dims = sorted((st, n) for n, st in zip(t.shape, strides) if n > 1 and st != 0)
     extent, overlap = 0, False
     for st, n in dims:
         overlap |= st <= extent
         extent += (n - 1) * st
     if not overlap or t.numel() == 0:
-        return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+        out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+        dst, src = out, t
+        for d, (n, st) in enumerate(zip(t.shape, strides)):
+            if st == 0 and n > 1:
+                dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+        dst.copy_(src)
+        return out
     flat = torch.empty(extent + 1, dtype=t.dtype, device=t.device)
     offset = torch.zeros((), dtype=torch.long, device=t.device)
     for d, (n, st) in enumerate(zip(t.shape, strides)):
         shape = [1] * t.dim()
         shape[d] = n
         offset = offset + (torch.arange(n, device=t.device) * st).view(shape)
-    # Elements sharing a location hold the same value (they alias in eager too).
     flat[offset.expand(t.shape).reshape(-1)] = t.reshape(-1)
     return flat.as_strided(t.shape, strides)
 

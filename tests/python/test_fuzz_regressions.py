@@ -101,6 +101,116 @@ def test_half_comparison_rounds_the_scalar(real_coil, dtype):
 
 
 
+def test_cat_of_a_tensor_with_itself_split_loop(real_coil):
+    # Seed 1320: cat([v, v]) of a 12-element v, its loop split [24] -> [12, 2] to align with v's
+    # kernel (fusion then refused). g++ 12.2 -O3 unrolled the 2-trip inner loop, vectorized the
+    # outer one, and its masked loads read zeros: out[12:16] came back 0. coil now emits
+    # `#pragma GCC unroll 1` on the loops of kernels with masked loads. The same miscompile hit
+    # a pad of a [6, 6, 8] input under other flags: pads of several shapes are checked too.
+    def f(x0, x1):
+        v0 = x0 - x1
+        return (torch.cat([v0, v0], -2),)
+
+    def g(x):
+        return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1),
+                torch.nn.functional.pad(x * 2, (0, 3, 1, 1)))
+
+    opts = {"strict": True, "inline_pointwise": False}
+    for n in (6, 12, 24, 40):
+        torch._dynamo.reset()
+        x0, x1 = torch.randn(1, n, 1), torch.randn(1, n, 1)
+        cf = torch.compile(f, backend="coil", fullgraph=True, options=opts)
+        torch.testing.assert_close(cf(x0, x1)[0], f(x0, x1)[0], rtol=0, atol=0)
+    for shape in ((6, 6, 8), (3, 8, 4), (5, 2, 16), (8, 1)):
+        torch._dynamo.reset()
+        x = torch.randn(shape)
+        cg = torch.compile(g, backend="coil", fullgraph=True, options=opts)
+        for a, e in zip(cg(x), g(x)):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_to_int_to_float_is_positive_zero(real_coil, dtype):
+    # Seed 2835: copysign(m, x.to(int32)) with x in (-1, 0): the int is 0, so +0 and a positive
+    # result. g++ (-fno-trapping-math) folded float(int(x)) into trunc(x) = -0: the sign came
+    # out negative. Also seen by 1/x (inf vs -inf), and through a widening int cast too.
+    x = torch.tensor([-0.5, -0.99, 0.3, -1.5, 2.7, -0.0, 0.0, -3.0], dtype=dtype)
+    i32, i64 = torch.int32, torch.int64
+    check(lambda x: (torch.copysign(torch.full_like(x, 2.0), x.to(i32)),
+                     1 / x.to(i64).to(x.dtype),
+                     torch.copysign(torch.ones_like(x), x.to(i32).to(i64).to(x.dtype)),
+                     torch.copysign(torch.ones_like(x), x.to(torch.int8).to(x.dtype))), x)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_expanded_output_is_restrided_without_overlapping_copy(real_coil, grad):
+    # Seed 3010: a graph returning an expand (strides 0): coil returns it dense, and the
+    # restride to the FX strides (added for seed 209) copied into an overlapping tensor, which
+    # PyTorch refuses; the error escaped even in non-strict mode.
+    def f(x):
+        v = torch.sigmoid(x).expand((3, 6))
+        return (v.expand((2, 3, 6)), v * 2, torch.exp(x)[None, :, None].expand(4, 6, 5))
+
+    for dtype in (torch.float32, torch.bfloat16):
+        check(f, torch.randn(6, dtype=dtype), grad=grad)
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="coil", fullgraph=True, options={"strict": True})(
+        torch.randn(6))
+    assert [o.stride() for o in out] == [e.stride() for e in f(torch.randn(6))]
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_index_add_accumulates_in_float32(real_coil, dtype):
+    # Seed 419: index_add decomposed to index_put(accumulate=True), which rounds bf16 after
+    # every add; eager's index_add (alpha 1, 2-d and up) sums in float32 and rounds once. With
+    # many equal indices the roundings add up (10x eager's error against float64 in the seed).
+    # coil now always sums in float32: with alpha != 1 eager itself rounds every add, so that
+    # case is judged by the accuracy rule against float64 (coil's error <= 3x eager's).
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 17, 1, generator=g).to(dtype)
+    src = torch.randn(3, 17, 64, generator=g).to(dtype)
+    idx = torch.zeros(64, dtype=torch.int64)
+    check(lambda x, i, s: ((x.index_add(2, i, s).abs() + 0.5) ** -1.5,), x, idx, src, grad=True)
+
+    def f(x, i, s):
+        return (x.index_add(2, i, s), (x * 2).index_add(2, i, s, alpha=0.5),
+                x.view(-1).index_add(0, i[:17], s[0, :, 0], alpha=2))
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="coil", fullgraph=True, options={"strict": True})
+    fp64 = f(x.double(), idx, src.double())
+    v = compare(cf(x, idx, src), f(x, idx, src), fp64)
+    assert v, v.detail
+    torch._dynamo.reset()
+
+def test_saved_activation_with_other_strides_than_traced(real_coil):
+    # Seeds 1948, 2026: relu of a permuted input, kept unfused (inline_pointwise off): coil's
+    # forward returns the saved relu output dense, while AOTAutograd compiled the backward for
+    # eager's permuted strides. The backward's run-time check raised InputMismatchError and the
+    # graph ran eagerly for good; now such inputs are copied into the traced strides
+    # (fx_export.py: relayout_inputs) and coil runs the backward.
+    import coil
+
+    def f(x):
+        return (torch.relu(x.permute(0, 2, 1, 3)).transpose(2, -4),)
+
+    torch._dynamo.reset()
+    coil.reset_report()
+    x = torch.randn(17, 12, 2, 3, requires_grad=True)
+    xc = x.detach().clone().requires_grad_(True)
+    cf = torch.compile(f, backend="coil", fullgraph=True,
+                       options={"strict": True, "inline_pointwise": False})
+    for _ in range(2):
+        outs, ref = cf(xc), f(x)
+        cots = [torch.randn(o.shape) for o in ref]
+        (ga,) = torch.autograd.grad(outs, [xc], cots)
+        (ge,) = torch.autograd.grad(ref, [x], cots)
+        torch.testing.assert_close(ga, ge)
+    assert not coil.report().graphs_fallen_back
+    torch._dynamo.reset()
+
 def test_dynamic_backward_carrier_is_a_real_tensor(real_coil):
     # Seed 23 (reduced): a dynamic backward graph whose symbol no input dim carries gets a
     # carrier input; it was made while AOTAutograd's FakeTensorMode was active, so the first

@@ -172,7 +172,7 @@ def test_expanded_output_saved_for_backward():
 
 
 def test_restride_overlapping_and_gapped():
-    from coil.fx_export import _restride
+    from coil.fx_export import _restrided
 
     t = torch.randn(3, 4)
     for strides in [(1, 0), (0, 1), (8, 1), (1, 3), (2, 1)]:  # (2, 1): rows overlap
@@ -183,7 +183,7 @@ def test_restride_overlapping_and_gapped():
         if strides == (2, 1):
             # Values consistent with the overlap: element [i, j] is storage[2 i + j].
             src = torch.arange(12.0).as_strided((3, 4), (2, 1)).contiguous()
-        r = _restride(src, strides)
+        r = _restrided(src, strides)
         assert r.stride() == strides and torch.equal(r, src), strides
 
 

@@ -30,6 +30,32 @@ std::string float_literal(double v, DType t) {
   return v < 0 ? "(" + s + ")" : s;
 }
 
+namespace {
+
+// For a cast to a float type of float(int(x)), x of the same compute type (also through
+// widening integer casts): x, else -1. g++ (under -fno-trapping-math) folds float(int(x)) into
+// trunc(x), which is -0 for x in (-1, 0) where the integer gives +0 (copysign and 1/x see the
+// sign; fuzz seed 2835). The caller emits trunc(x) + 0 instead: +0 there, and not foldable.
+InstrId truncated_float_source(const loop::Body& b, const Instr& cast) {
+  const DType want = dtype_compute(cast.dtype);
+  const Instr* in = &cast;
+  while (true) {
+    if (in->operands[0] < 0) return -1;
+    const InstrId src = in->operands[0];
+    const Instr& op = b.instrs.at(src);
+    if (in != &cast && dtype_is_floating(op.dtype))
+      return dtype_compute(op.dtype) == want ? src : -1;
+    if (op.kind != InstrKind::Cast || op.dtype == DType::Bool || dtype_is_floating(op.dtype))
+      return -1;
+    // An integer cast on the way must keep every value (a wider type): int8(300.7) wraps.
+    if (in != &cast && in->dtype != op.dtype && dtype_size(in->dtype) <= dtype_size(op.dtype))
+      return -1;
+    in = &op;
+  }
+}
+
+}  // namespace
+
 std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprHooks& h) {
   const Instr& in = b.instrs[id];
   const std::string T = compute_ctype(in.dtype);
@@ -62,6 +88,15 @@ std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprH
       return T + "(" + h.index(in.expr) + ")";
     case InstrKind::Cast: {
       if (in.dtype == DType::Bool) return "(" + a() + " != 0)";
+      if (fp) {
+        const InstrId x = truncated_float_source(b, in);
+        if (x >= 0) {
+          const std::string v = "(coil::m::trunc(" + T + "(" + h.value(x) + ")) + " + T + "(0))";
+          if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + v + "))";
+          if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + v + "))";
+          return v;
+        }
+      }
       if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + a() + "))";
       if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + a() + "))";
       return T + "(" + a() + ")";
