@@ -31,7 +31,9 @@ Modes: `fallback` (coil's default: is the answer right?) and `strict` (strict=Tr
 lower the op itself?); `both` runs both. Results are appended to a JSONL file (`--results`,
 default build/opinfo/results.jsonl), one line per (entry, variant, mode), so an interrupted
 sweep resumes where it stopped (a line is keyed by entry, variant, mode and max samples; `--redo`
-reruns the selected entries). Each entry runs in a worker subprocess (`--jobs` of them), so a
+reruns the selected entries). `--write docs/op_coverage.md` merges them into the committed
+results beside the table (docs/op_coverage.jsonl, compact; a later result replaces an earlier
+one) and regenerates both, so a partial rerun keeps every other row. Each entry runs in a worker subprocess (`--jobs` of them), so a
 crash or a hang (`--timeout`) costs that entry, never the sweep.
 
 Core ATen: an entry belongs to PyTorch's core ATen op set when the ATen op packet named by its
@@ -158,7 +160,8 @@ def _samples(op, dtype, requires_grad: bool, max_samples: int) -> list[_Sample]:
 
     torch.manual_seed(0)
     gen = op.sample_inputs("cpu", dtype, requires_grad=requires_grad)
-    return [_Sample(s) for s in itertools.islice(gen, max_samples)]
+    # max_samples 0: every sample.
+    return [_Sample(s) for s in itertools.islice(gen, max_samples or None)]
 
 
 def _call(op, sample: _Sample, tensors):
@@ -372,10 +375,42 @@ def _compiled_run(op, samples, all_tensors, seeds, grad: bool, strict: bool):
     return _detach(outs), grads, problems
 
 
-def _compare_sample(op, ref, res, meta_only: bool):
+# Ops whose index output is unspecified among tied values ("If there are ties, the indices
+# returned are not guaranteed to be stable": ATen's CPU topk uses std::nth_element and an
+# unstable sort): its indices are checked for what they mean instead of compared with eager's.
+TIED_INDICES = ("topk",)
+
+
+def _tied_indices(op, sample, c_out, e_out):
+    """(coil's outputs, eager's) with topk's indices replaced by the values they select, or a
+    reason why coil's indices are wrong: out of range or repeated within a row."""
+    import torch
+
+    inp, args, kwargs = sample.rebuild(sample.tensors)
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+    if inp.dim() == 0:
+        return c_out, e_out, None
+    n = inp.shape[dim]
+    idx = c_out[1]
+    if idx.numel() and (idx.min() < 0 or idx.max() >= n):
+        return c_out, e_out, "indices out of range"
+    srt = torch.sort(idx, dim=dim).values
+    if srt.shape[dim] > 1 and bool((srt.narrow(dim, 1, srt.shape[dim] - 1) ==
+                                    srt.narrow(dim, 0, srt.shape[dim] - 1)).any()):
+        return c_out, e_out, "an index repeated within a row"
+    pick = (lambda out: (out[0], torch.gather(inp.detach(), dim, out[1])))
+    return pick(c_out), pick(e_out), None
+
+
+def _compare_sample(op, ref, res, meta_only: bool, sample=None):
     """ref/res: (outputs, grads) of eager (with fp64 reference) and coil."""
     compare = _accuracy().compare
     (e_out, e_grads, f_out, f_grads), (c_out, c_grads) = ref, res
+    if op.name in TIED_INDICES and sample is not None and not meta_only:
+        c_out, e_out, bad = _tied_indices(op, sample, c_out, e_out)
+        if bad:
+            return _Outcome("wrong", f"forward out[1]: {bad}")
+        f_out = None if f_out is None else (f_out[0], None)
     if meta_only:
         why = _meta_only(c_out, e_out)
         return _Outcome("wrong", why) if why else _Outcome("pass", "values not compared")
@@ -438,12 +473,12 @@ def run_variant(op, variant: str, strict: bool, max_samples: int) -> dict:
             worst = max(problems, key=lambda p: _RANK[p[0]])
             # A wrong answer still counts as wrong, whatever else happened.
             cmp = _compare_sample(op, refs[idx[0]][0], (outs[0], grads[0] if grads else None),
-                                  refs[idx[0]][1])
+                                  refs[idx[0]][1], samples[idx[0]])
             if cmp.status == "wrong":
                 return [cmp]
             return [_Outcome(worst[0], "; ".join(sorted({p[1] for p in problems}))[:300])]
         return [_compare_sample(op, refs[i][0], (outs[k], grads[k] if grads else None),
-                                refs[i][1]) for k, i in enumerate(idx)]
+                                refs[i][1], samples[i]) for k, i in enumerate(idx)]
 
     batched = bool(live)
     if live:
@@ -577,6 +612,124 @@ def load_results(path: Path) -> dict[tuple, dict]:
     return recs
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cap_differs(rec, args) -> bool:
+    # Imported records (cap unknown, see load_baseline) count as done; --redo reruns them.
+    cap = rec.get("max_samples")
+    return cap is not None and cap != args.max_samples
+
+
+def _baseline_of(args) -> Path | None:
+    """The committed results beside the table: docs/op_coverage.md -> docs/op_coverage.jsonl.
+
+    build/ is not committed, so the table's source has to be: a later sweep of some entries on
+    another checkout merges into it instead of dropping every other row."""
+    if getattr(args, "baseline", None) == "":
+        return None
+    if getattr(args, "baseline", None):
+        return Path(args.baseline)
+    return Path(args.write).with_suffix(".jsonl") if args.write else None
+
+
+_MODES = {"fallback": "f", "strict": "s"}
+
+
+def compact(rec: dict) -> dict:
+    """The committed form of a record: outcome, first reason, per-sample outcome counts, in
+    short keys (op, v variant, m mode f/s, s status, r reason, n sample outcomes, cap the
+    sample cap, d derived, t time, i imported without per-sample outcomes)."""
+    out = {"op": rec["op"], "v": rec["variant"], "m": _MODES[rec["mode"]], "s": rec["status"]}
+    if rec.get("reason") and rec["status"] != "pass":
+        out["r"] = rec["reason"][:200]
+    if "samples" in rec:
+        out["n"] = dict(sorted(collections.Counter(
+            s["status"] for s in rec["samples"] if s).items()))
+    elif "n" in rec:
+        out["n"] = rec["n"]
+    first8 = _first8(rec)
+    if first8:
+        out["s8"] = first8
+    for long, short in (("max_samples", "cap"), ("derived", "d"), ("t", "t"), ("imported", "i")):
+        if rec.get(long) is not None:
+            out[short] = rec[long]
+    return out
+
+
+def _first8(rec: dict) -> str | None:
+    """The status over the first 8 samples of an every-sample run (the default cap's view, for
+    comparing with capped runs), when that differs from the run's own."""
+    if "s8" in rec:
+        return rec["s8"]
+    samples = [x for x in rec.get("samples", [])[:8] if x and x["status"] != "skip"]
+    if rec.get("max_samples") != 0 or len(rec.get("samples", [])) <= 8 or not samples:
+        return None
+    s8 = max((x["status"] for x in samples), key=lambda st: _RANK[st])
+    return s8 if s8 != rec["status"] else None
+
+
+def expand(c: dict) -> dict:
+    """compact's inverse (without the per-sample detail)."""
+    rec = {"op": c["op"], "variant": c["v"], "mode": {v: k for k, v in _MODES.items()}[c["m"]],
+           "status": c["s"], "reason": c.get("r", ""), "max_samples": c.get("cap")}
+    for long, short in (("n", "n"), ("derived", "d"), ("t", "t"), ("imported", "i"),
+                        ("s8", "s8")):
+        if short in c:
+            rec[long] = c[short]
+    return rec
+
+
+def load_baseline(path: Path | None) -> tuple[dict, dict]:
+    """(records, meta) of the committed results (`<table>.jsonl`: meta on the first line, then
+    one line per (entry, variant, mode))."""
+    if path is None or not path.exists():
+        return {}, {}
+    meta, recs = {}, {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        c = json.loads(line)
+        if "meta" in c:
+            meta = c["meta"]
+            continue
+        r = expand(c)
+        recs[(r["op"], r["variant"], r["mode"])] = r
+    # Entries: name -> [core?, supported variants]; the sweep's meta keeps them as dicts.
+    meta["entries"] = {n: {"core": bool(e[0]), "variants": {v: True for v in e[1]}}
+                       for n, e in meta.get("entries", {}).items()}
+    return recs, meta
+
+
+def load_merged(path: Path, baseline: Path | None) -> tuple[dict, dict]:
+    """The committed results overlaid with this checkout's (a later record wins; a local
+    record without a time stamp is taken as the later one)."""
+    recs, meta = load_baseline(baseline)
+    for key, r in load_results(path).items():
+        old = recs.get(key)
+        if old is None or r.get("t", "~") >= old.get("t", ""):
+            recs[key] = r
+    local_path = path.with_suffix(".meta.json")
+    local = json.loads(local_path.read_text()) if local_path.exists() else {}
+    merged = {"entries": dict(meta.get("entries", {})), "runs": list(meta.get("runs", []))}
+    merged["entries"].update(local.get("entries", {}))
+    seen = {(r["date"], r.get("command")) for r in merged["runs"]}
+    merged["runs"] += [r for r in local.get("runs", [])
+                       if (r["date"], r.get("command")) not in seen]
+    merged["runs"].sort(key=lambda r: r["date"])
+    return recs, merged
+
+
+def write_baseline(path: Path, recs: dict, meta: dict) -> None:
+    entries = {n: [int(bool(e["core"])), [v for v, ok in e["variants"].items() if ok]]
+               for n, e in sorted(meta["entries"].items())}
+    tight = {"separators": (",", ":")}
+    lines = [json.dumps({"meta": {"runs": meta.get("runs", []), "entries": entries}}, **tight)]
+    lines += [json.dumps(compact(recs[k]), **tight) for k in sorted(recs)]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _list_entries(args):
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -601,7 +754,8 @@ def sweep(args) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = _list_entries(args)
     modes = ["fallback", "strict"] if args.mode == "both" else [args.mode]
-    done = load_results(path)
+    # What is already known: the committed results beside the table, then this checkout's runs.
+    done, _ = load_merged(path, _baseline_of(args))
     meta_path = path.with_suffix(".meta.json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta.setdefault("entries", {})
@@ -610,8 +764,8 @@ def sweep(args) -> None:
     tasks = []
     for name, core, variants, _ in entries:
         todo = [v for v, ok in variants if ok and any(
-            args.redo or (name, v, m) not in done or done[(name, v, m)].get("max_samples")
-            != args.max_samples for m in modes)]
+            args.redo or (name, v, m) not in done or _cap_differs(done[(name, v, m)], args)
+            for m in modes)]
         if todo:
             tasks.append({"op": name, "variants": todo, "modes": modes,
                           "max_samples": args.max_samples, "strict_all": args.strict_all,
@@ -638,6 +792,7 @@ def sweep(args) -> None:
     counter = [0]
 
     def record(rec):
+        rec["t"] = _now()
         with lock:
             out.write(json.dumps(rec) + "\n")
             out.flush()
@@ -710,6 +865,12 @@ def _cell(recs, name, variant, supported) -> str:
     return " ".join(marks)
 
 
+def _sample_counts(r) -> dict:
+    if "n" in r:
+        return r["n"]
+    return collections.Counter(s["status"] for s in r.get("samples", []) if s)
+
+
 def render_table(recs: dict, meta: dict) -> str:
     import torch
 
@@ -721,19 +882,23 @@ def render_table(recs: dict, meta: dict) -> str:
     totals = {m: collections.Counter() for m in ("fallback", "strict")}
     sample_totals = {m: collections.Counter() for m in ("fallback", "strict")}
     per_variant = {m: {v: collections.Counter() for v in variants} for m in totals}
+    caps = collections.Counter()  # sample cap -> variants run with it
     for (name, variant, mode), r in recs.items():
         if name not in entries or mode not in totals:
             continue
         totals[mode][r["status"]] += 1
         per_variant[mode].setdefault(variant, collections.Counter())[r["status"]] += 1
-        for s in r.get("samples", []):
-            if s:
-                sample_totals[mode][s["status"]] += 1
+        for st, k in _sample_counts(r).items():
+            sample_totals[mode][st] += k
+        if mode == "fallback":
+            caps[r.get("max_samples")] += 1
     core = [n for n in names if entries[n]["core"]]
     core_f32 = [(n, recs.get((n, "f32", "strict"))) for n in core
                 if entries[n]["variants"].get("f32")]
     core_counted = [(n, r) for n, r in core_f32 if r and r["status"] != "skip"]
     core_pass = [n for n, r in core_counted if r["status"] == "pass"]
+    core_pass8 = [n for n, r in core_counted if (_first8(r) or r["status"]) == "pass"]
+    core_every = [n for n, r in core_counted if r.get("max_samples") == 0]
     core_fb = [(n, recs.get((n, "f32", "fallback"))) for n in core
                if entries[n]["variants"].get("f32")]
     core_fb_pass = [n for n, r in core_fb if r and r["status"] == "pass"]
@@ -749,15 +914,21 @@ def render_table(recs: dict, meta: dict) -> str:
         return c
     lines = ["# Op coverage: PyTorch's OpInfo database through coil", ""]
     lines.append("Generated by `tools/opinfo_sweep.py` (do not edit by hand) from "
-                 f"`build/opinfo/results.jsonl`; torch {torch.__version__}, CPU. How to read it, "
+                 f"`docs/op_coverage.jsonl` (the committed results, merged with a checkout's "
+                 f"`build/opinfo/results.jsonl`); torch {torch.__version__}, CPU. How to read it, "
                  "how entries map to ATen overloads, and how to rerun: "
                  "[docs/opinfo.md](opinfo.md).")
     lines += ["", "Runs merged into this table (a later run of an entry replaces its earlier "
               "results):", ""]
     for r in runs:
+        if "note" in r:
+            lines.append(f"* {r['date']}: {r['note']}")
+            continue
         wall = f"{r['wall_seconds']} s" if r.get("wall_seconds") is not None else "interrupted"
+        cap = ("every sample" if r["max_samples"] == 0 else
+               f"at most {r['max_samples']} samples per variant")
         lines.append(f"* {r['date']}: `{cmd(r)}` — {r['tasks']} entries, {r['jobs']} job(s), "
-                     f"at most {r['max_samples']} samples per variant, {wall} wall")
+                     f"{cap}, {wall} wall")
     if runs:
         known = [r["wall_seconds"] for r in runs if r.get("wall_seconds") is not None]
         lines.append(f"* total wall time {sum(known)} s")
@@ -765,6 +936,8 @@ def render_table(recs: dict, meta: dict) -> str:
     pct = 100.0 * len(core_pass) / max(1, len(core_counted))
     lines.append(f"**Core ATen, strict mode, forward, float32: {len(core_pass)} of "
                  f"{len(core_counted)} entries pass ({pct:.1f}%).** "
+                 + (f"({len(core_every)} of them ran every sample; on the first 8 samples, the "
+                    f"default cap, {len(core_pass8)} pass.) " if core_every else "") +
                  f"({len(core)} OpInfo entries name a core ATen op; {len(core_f32)} support f32; "
                  f"{len(core_f32) - len(core_counted)} of those are left out: every sample skips "
                  f"or not run.) With fallbacks allowed {len(core_fb_pass)} of {len(core_f32)} "
@@ -785,7 +958,18 @@ def render_table(recs: dict, meta: dict) -> str:
     lines.append("")
     lines.append(f"Supported (entry, variant) pairs not run: {not_run} (`·` in the table).")
     lines.append("")
-    lines.append("Per sample:")
+    cap_text = ", ".join(f"{k} with every sample" if c == 0 else
+                         f"{k} with at most {c} samples" if c is not None else
+                         f"{k} imported without their cap (4 or 8)"
+                         for c, k in sorted(caps.items(), key=lambda x: (x[0] is None, x[0] or 0)))
+    lines.append(f"Samples per variant (fallback mode): {cap_text}. A variant runs the first "
+                 "N samples of the entry's `sample_inputs` (docs/opinfo.md says why there is a "
+                 "cap).")
+    lines.append("")
+    no_detail = sum(1 for r in recs.values() if r.get("imported"))
+    lines.append("Per sample" + (f" ({no_detail} imported (entry, variant, mode) results carry "
+                                 "no per-sample outcomes and are not counted here)"
+                                 if no_detail else "") + ":")
     lines.append("")
     lines.append("| mode | " + " | ".join(STATUSES) + " | skip | total |")
     lines.append("|---|" + "---|" * (len(STATUSES) + 2))
@@ -835,11 +1019,16 @@ def render_table(recs: dict, meta: dict) -> str:
 
 def write_table(args) -> None:
     path = Path(args.results)
-    recs = load_results(path)
-    meta = json.loads(path.with_suffix(".meta.json").read_text())
+    baseline = _baseline_of(args)
+    recs, meta = load_merged(path, baseline)
+    recs = {k: r for k, r in recs.items() if k[0] in meta["entries"]}
+    if baseline is not None:
+        write_baseline(baseline, recs, meta)
+        print(f"wrote {baseline}")
     # Error messages carry the C++ source paths of the build (__FILE__); the committed table
     # names them relative to the checkout, so it does not depend on where the sweep ran.
-    text = re.sub(r"/\S*?/(src|include|python|tools)/", r"\1/", render_table(recs, meta))
+    text = re.sub(r"(/\S*?/|(\.\./)+)(src|include|python|tools)/", r"\3/",
+                  render_table(recs, meta))
     Path(args.write).write_text(text)
     print(f"wrote {args.write}")
 
@@ -851,10 +1040,13 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", default=",".join(DEFAULT_DTYPES))
     p.add_argument("--no-grad", dest="grad", action="store_false", help="skip f32.grad")
     p.add_argument("--core-only", action="store_true", help="only entries naming a core op")
-    p.add_argument("--max-samples", type=int, default=8)
+    p.add_argument("--max-samples", type=int, default=8, help="per variant; 0: every sample")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per entry")
     p.add_argument("--results", default=str(DEFAULT_RESULTS))
+    p.add_argument("--baseline", default=None,
+                   help="committed results merged under --results (default: --write's .jsonl "
+                        "sibling, docs/op_coverage.jsonl; '' for none)")
     p.add_argument("--log", default="", help="worker stderr goes here (default: discarded)")
     p.add_argument("--strict-all", action="store_true",
                    help="run strict mode also where the fallback-mode run passed cleanly")

@@ -34,7 +34,11 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
   coil's own decompositions of fused ops, one module each (docs/decisions.md): the CPU flash
     SDPA and its backward (decomp_sdpa.py), _embedding_bag and its backward
     (decomp_embedding_bag.py), the functional _foreach_* ops of a compiled optimizer step
-    (decomp_foreach.py), topk with k <= 8 (decomp_topk.py).
+    (decomp_foreach.py), topk with k <= 8 (decomp_topk.py); the composite ops the OpInfo
+    sweep found running eagerly, by PyTorch's reference decompositions (decomp_opinfo.py);
+    sort along a short dim, by pairwise ranks (decomp_sort.py); avg_pool3d (+ backward) as two
+    avg_pool2d passes (decomp_pool.py); masked_scatter (+ backward) over small masks by a running
+    count (decomp_masked.py).
 
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
@@ -53,7 +57,11 @@ from torch._decomp import get_decompositions
 
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
+from .decomp_masked import masked_decompositions
+from .decomp_opinfo import opinfo_decompositions
+from .decomp_pool import pool_decompositions
 from .decomp_sdpa import sdpa_decompositions
+from .decomp_sort import sort_decompositions
 from .decomp_topk import topk_decompositions
 
 aten = torch.ops.aten
@@ -347,12 +355,30 @@ def _coil_overrides() -> dict:
         return torch.ops.prims.convert_element_type.default(r, x.dtype) if low else r
 
     def scatter_add(x, dim, index, src):
+        # An empty index (gather's backward for an empty index of another rank) adds nothing.
+        if index.numel() == 0:
+            return aten._to_copy.default(x)
         # The runtime kernel needs rank >= 1: a 0-d scatter_add is one on a [1] view.
         if x.dim() != 0 or index.numel() != 1:
             return NotImplemented
         out = aten.scatter_add.default(
             aten.view.default(x, [1]), 0, aten.view.default(index, [1]),
             aten.slice.Tensor(aten.view.default(src, [-1]), 0, 0, 1))
+        return aten.view.default(out, [])
+
+    def scatter_src(x, dim, index, src):
+        # 0-d (max/min along a dim of a 0-d tensor, backward): a scatter on [1] views.
+        if x.dim() != 0 or index.numel() != 1:
+            return NotImplemented
+        out = aten.scatter.src(aten.view.default(x, [1]), 0, aten.view.default(index, [1]),
+                               aten.slice.Tensor(aten.view.default(src, [-1]), 0, 0, 1))
+        return aten.view.default(out, [])
+
+    def scatter_value(x, dim, index, value):
+        if x.dim() != 0 or index.numel() != 1:
+            return NotImplemented
+        out = aten.scatter.value(aten.view.default(x, [1]), 0, aten.view.default(index, [1]),
+                                 value)
         return aten.view.default(out, [])
 
     def scatter_reduce(x, dim, index, src, reduce, include_self=True):
@@ -367,6 +393,8 @@ def _coil_overrides() -> dict:
 
     return {
         aten.scatter_add.default: scatter_add,
+        aten.scatter.src: scatter_src,
+        aten.scatter.value: scatter_value,
         aten.scatter_reduce.two: scatter_reduce,
         aten.scatter.reduce: scatter_reduce_legacy,
         aten.round.decimals: round_decimals,
@@ -395,6 +423,11 @@ def _table() -> dict:
     table.update(foreach_decompositions())
     table.update(embedding_bag_decompositions())
     table.update(topk_decompositions())
+    # Composite ops the OpInfo sweep found running eagerly.
+    table.update(opinfo_decompositions())
+    table.update(sort_decompositions())
+    table.update(pool_decompositions())
+    table.update(masked_decompositions())
     return table
 
 

@@ -416,14 +416,30 @@ def _view_chain(node: fx.Node, placeholders: dict[fx.Node, int]):
 def _restrided(t: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
     """A copy of t with the given strides. Strides may be 0 (an expanded tensor, as a graph
     returns or reads it): t holds one value along such a dim, so only its first index is written
-    (copy_ refuses a destination whose elements overlap; fuzz seed 3010)."""
-    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
-    dst, src = out, t
+    (copy_ refuses a destination whose elements overlap; fuzz seed 3010). Other overlapping
+    strides (an as_strided output) are filled element by element: elements sharing a location
+    hold the same value, as they alias in eager too."""
+    dims = sorted((st, n) for n, st in zip(t.shape, strides) if n > 1 and st != 0)
+    extent, overlap = 0, False
+    for st, n in dims:
+        overlap |= st <= extent
+        extent += (n - 1) * st
+    if not overlap or t.numel() == 0:
+        out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+        dst, src = out, t
+        for d, (n, st) in enumerate(zip(t.shape, strides)):
+            if st == 0 and n > 1:
+                dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+        dst.copy_(src)
+        return out
+    flat = torch.empty(extent + 1, dtype=t.dtype, device=t.device)
+    offset = torch.zeros((), dtype=torch.long, device=t.device)
     for d, (n, st) in enumerate(zip(t.shape, strides)):
-        if st == 0 and n > 1:
-            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
-    dst.copy_(src)
-    return out
+        shape = [1] * t.dim()
+        shape[d] = n
+        offset = offset + (torch.arange(n, device=t.device) * st).view(shape)
+    flat[offset.expand(t.shape).reshape(-1)] = t.reshape(-1)
+    return flat.as_strided(t.shape, strides)
 
 
 def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
@@ -850,5 +866,13 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
         )
     out = node.target(*args, **kwargs)
     if isinstance(out, torch.Tensor):
-        return [out]
-    return [o for o in out if o is not None]
+        out = [out]
+    return [_materialize(o) for o in out if o is not None]
+
+
+def _materialize(t: torch.Tensor) -> torch.Tensor:
+    # A ZeroTensor (aten._efficientzerotensor, autograd's zero gradients) has no storage: the
+    # runtime would read its null data pointer.
+    if t._is_zerotensor():
+        return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+    return t

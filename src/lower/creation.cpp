@@ -65,11 +65,25 @@ Scalar constant(double v) {
   return s;
 }
 
+// ATen's integer ranges run in int64 (its accumulate type): float bounds are truncated first,
+// so arange(2.1, -2.9, -1.0, dtype=int64) is [2, 1, 0, -1], not trunc(2.1 - i).
+Scalar truncated(Scalar s) {
+  if (s.is_float) {
+    s.i = static_cast<int64_t>(s.f);
+    s.is_float = false;
+  }
+  return s;
+}
+
 // start + i * step, computed in f64 (floats) or i64 (integers), converted to the output dtype.
 TensorValue range(LoweringContext& lc, const Node& n, Scalar start, Scalar step) {
   const TensorMeta& m = n.output()->meta();
   COIL_USER_CHECK(m.sizes.size() == 1) << n.op() << ": expected a 1-d result";
   DType out = m.dtype;
+  if (!dtype_is_floating(out)) {
+    start = truncated(start);
+    step = truncated(step);
+  }
   bool fp = dtype_is_floating(out) || start.is_float || step.is_float;
   DType acc = fp ? DType::Float64 : DType::Int64;
   Loader load = [start, step, acc, out](BodyBuilder& b, const std::vector<sym::Expr>& idx) {

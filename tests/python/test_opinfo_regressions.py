@@ -159,3 +159,98 @@ def test_empty_input_with_odd_strides():
     # [0, 1]; the runtime's input check compared the stride of the size-25 dim and refused the
     # call (a run failure).
     _check(lambda a, b: torch.matmul(a, b), torch.randn(5, 5, 0), torch.randn(0, 5), grad=True)
+
+
+def test_expanded_output_saved_for_backward():
+    # The forward graph returned an expanded mask (strides [5, 1, 0]) that the backward graph
+    # was compiled for; coil's dense output had to be restrided, and copy_ into an overlapping
+    # empty_strided raised (masked.var / masked.std / nn.functional.normalize gradients).
+    x, mask = torch.randn(5, 5, 5), torch.rand(5, 5, 1) > 0.5
+    _check(lambda t, m: torch.where(m.expand(5, 5, 5), t * t, 0.0).sum(), x, mask, grad=True)
+    _check(lambda t, m: torch.masked._ops.var(t, mask=m), x, mask, grad=True)
+    _check(lambda t: torch.nn.functional.normalize(t, dim=1), torch.randn(2, 1, 4, 5), grad=True)
+
+
+def test_restride_overlapping_and_gapped():
+    from coil.fx_export import _restrided
+
+    t = torch.randn(3, 4)
+    for strides in [(1, 0), (0, 1), (8, 1), (1, 3), (2, 1)]:  # (2, 1): rows overlap
+        want = t.as_strided((3, 4), (1, 0)) if strides == (1, 0) else None
+        src = want.contiguous() if want is not None else t
+        if strides == (0, 1):
+            src = t[:1].expand(3, 4).contiguous()
+        if strides == (2, 1):
+            # Values consistent with the overlap: element [i, j] is storage[2 i + j].
+            src = torch.arange(12.0).as_strided((3, 4), (2, 1)).contiguous()
+        r = _restrided(src, strides)
+        assert r.stride() == strides and torch.equal(r, src), strides
+
+
+def test_zero_tensor_gradient():
+    # sgn's backward is aten._efficientzerotensor, which ran through the per-op fallback; the
+    # fallback handed the runtime a ZeroTensor, whose null data pointer it read (a segfault).
+    _check(lambda t: torch.sgn(t), torch.randn(20, 20), grad=True)
+    from coil.fx_export import _materialize
+
+    z = _materialize(torch._efficientzerotensor((2, 3)))
+    assert not z._is_zerotensor() and z.data_ptr() != 0 and torch.equal(z, torch.zeros(2, 3))
+
+
+def test_scatter_of_zero_dim_and_empty_index_gradients():
+    # max/min along a dim of a 0-d tensor: the backward scatters into a 0-d tensor, which the
+    # IndexPut lowering refused; gather with an empty index of another rank: the backward's
+    # scatter_add had a rank mismatch (both fell back in strict mode).
+    _check(lambda t: torch.max(t, 0)[0] * 3, torch.tensor(1.5), grad=True)
+    _check(lambda t: torch.min(t, 0, keepdim=True)[0] * 3, torch.tensor(-1.5), grad=True)
+    _check(lambda t, i: torch.gather(t, 0, i).sum() + t.sum(), torch.randn(5),
+           torch.zeros(2, 0, dtype=torch.long), grad=True)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_short_rows(descending):
+    # sort had no lowering; rows short enough are decomposed into pairwise ranks
+    # (decomp_sort.py): stable, NaN last ascending / first descending, ties in index order.
+    x = torch.randn(4, 7)
+    x[1, 2] = x[1, 5] = float("nan")
+    x[2, :3] = 1.0
+    x[0, 1], x[0, 2] = -0.0, 0.0
+    for dim in (0, 1):
+        _check(lambda t: torch.sort(t, dim=dim, descending=descending), x)
+        _check(lambda t: torch.sort(t, dim=dim, descending=descending, stable=True), x)
+    _check(lambda t: torch.sort(t, 0, descending=descending)[0] * 2, torch.randn(5, 3), grad=True)
+    _check(lambda t: torch.argsort(t, 1, descending=descending), torch.randint(0, 3, (3, 9)))
+    _check(lambda t: torch.sort(t, 0, descending=descending), torch.rand(6) > 0.5)
+    _check(lambda t: torch.sort(t, descending=descending), torch.randn(5).to(torch.bfloat16))
+
+
+def test_topk_and_sort_of_zero_dim():
+    # topk / sort of a 0-d tensor fell back (the decompositions wanted a dim to work along).
+    x = torch.tensor(2.5)
+    _check(lambda t: torch.topk(t, 1), x)
+    _check(lambda t: torch.topk(t, 1, 0, largest=False), x)
+    _check(lambda t: torch.sort(t, -1, descending=True), x)
+    _check(lambda t: torch.topk(t, 1)[0] * 2, x, grad=True)
+
+
+def test_masked_scatter():
+    # masked_scatter (core ATen) had no lowering; small masks are decomposed into a running
+    # count of the mask (decomp_masked.py), its backward into a dense match.
+    x, src = torch.randn(5, 5), torch.randn(5, 5)
+    for m in [torch.rand(5, 5) > 0.5, torch.rand(5) > 0.5, torch.tensor(True),
+              torch.zeros(5, 5, dtype=torch.bool)]:
+        _check(lambda a, mm, s: a.masked_scatter(mm, s), x, m, src, grad=True)
+    # self broadcast by the mask; integers exact.
+    _check(lambda a, mm, s: a.masked_scatter(mm, s), torch.randn(5), torch.rand(5, 5) > 0.5,
+           src, grad=True)
+    _check(lambda a, mm, s: a.masked_scatter(mm, s), torch.randint(0, 9, (5, 5)),
+           torch.rand(5, 5) > 0.5, torch.randint(0, 9, (30,)))
+
+
+@pytest.mark.parametrize("args", [(2.1, -2.9, -1.0), (0.1, -7.9, -4.0), (1, 10, 3), (-3.5, 4)])
+def test_integer_arange_with_float_bounds(args):
+    # ATen computes an integer arange in int64 after truncating float bounds; coil computed
+    # start + i * step in f64 and truncated each element (arange(2.1, -2.9, -1.0) ended in 0,
+    # not -1): a wrong answer, found by the every-sample sweep.
+    _check(lambda: torch.arange(*args, dtype=torch.int64))
+    _check(lambda: torch.arange(*args, dtype=torch.int32) * 2)

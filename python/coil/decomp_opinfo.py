@@ -1,0 +1,134 @@
+"""Decompositions for ops the OpInfo sweep found running eagerly (docs/op_coverage.md).
+
+Each op here is composite: PyTorch's own reference decomposition (torch._decomp) rewrites it
+into ops coil's C++ lowers (pointwise math, reductions, views, index/gather, cat, pad), so the
+op compiles instead of going through the per-op eager fallback. An op is listed only after the
+sweep ran its OpInfo entries in strict mode with it and every sample passed (no wrong answer,
+no new fallback): an op whose reference decomposition still produces something coil cannot
+lower (prims.* ops, data-dependent shapes) stays out, as it would only trade one fallback for
+another. tests/python/test_opinfo_decomps.py checks each against eager.
+Ops coil lowers natively (copysign) or that already passed through other paths stay out.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+# Op packets whose torch._decomp reference decompositions coil takes (all overloads there).
+_REFERENCE = [
+    # norms and distances
+    aten.linalg_vector_norm,
+    aten.norm,
+    aten.dist,
+    aten.renorm,
+    aten._euclidean_dist,
+    # pointwise composites
+    aten.logaddexp,
+    aten.logaddexp2,
+    aten.logit,
+    aten.logit_backward,
+    aten.xlogy,
+    aten.special_xlog1py,
+    aten.special_entr,
+    aten.deg2rad,
+    aten.rad2deg,
+    aten.frac,
+    aten.heaviside,
+    aten.isneginf,
+    aten.isposinf,
+    aten.nan_to_num,
+    aten.sinc,
+    aten.ldexp,
+    aten.celu,
+    aten.glu,
+    aten.glu_backward,
+    aten.mish_backward,
+    aten._prelu_kernel,
+    aten._prelu_kernel_backward,
+    # reductions
+    aten.nansum,
+    aten.count_nonzero,
+    aten.aminmax,
+    aten.trace,
+    # linear algebra composites
+    aten.addmv,
+    aten.addr,
+    aten.vdot,
+    aten.linalg_cross,
+    # shape, copy and scatter composites
+    aten.roll,
+    aten.diag_embed,
+    aten.diagonal_copy,
+    aten.diagonal_backward,
+    aten.narrow_copy,
+    aten.expand_copy,
+    aten.alias_copy,
+    aten.squeeze_copy,
+    aten.unsqueeze_copy,
+    aten.permute_copy,
+    aten.t_copy,
+    aten.transpose_copy,
+    aten.view_copy,
+    aten.unbind_copy,
+    aten.unfold_copy,
+    aten.unfold,  # -> as_strided (unfold_copy's reference decomposition keeps it)
+    aten.unfold_backward,
+    aten.unsafe_split,
+    aten.block_diag,
+    aten._chunk_cat,
+    aten.pixel_shuffle,
+    aten.pixel_unshuffle,
+    aten.channel_shuffle,
+    aten.index_copy,
+    aten.index_fill,
+    aten.take,
+    # creation
+    aten.eye,
+    aten.linspace,
+    aten.logspace,
+    # padding, pooling, resampling
+    aten.reflection_pad1d,
+    aten.reflection_pad2d,
+    aten.reflection_pad3d,
+    aten.reflection_pad1d_backward,
+    aten.reflection_pad2d_backward,
+    aten.reflection_pad3d_backward,
+    aten.replication_pad1d,
+    aten.replication_pad2d,
+    aten.replication_pad3d,
+    aten.upsample_nearest1d,
+    aten.im2col,
+    aten.col2im,
+    # losses
+    aten.nll_loss2d_forward,
+    aten.nll_loss2d_backward,
+]
+
+
+def _fmax_fmin(pick):
+    # maximum / minimum, except that a NaN loses to a number (prims.fmax has no lowering).
+    def fn(a, b):
+        m = pick(a, b)
+        if not (torch.is_floating_point(a) or torch.is_floating_point(b)):
+            return m
+        return aten.where.self(aten.isnan.default(a), b,
+                               aten.where.self(aten.isnan.default(b), a, m))
+    return fn
+
+
+def _zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # autograd's zero gradients (sgn's backward): a ZeroTensor has no storage; full(0) is the
+    # same values.
+    return aten.full.default(list(size), 0, dtype=dtype or torch.get_default_dtype(),
+                             layout=layout, device=device, pin_memory=pin_memory)
+
+
+def opinfo_decompositions() -> dict:
+    table = dict(get_decompositions(_REFERENCE))
+    table[aten._efficientzerotensor.default] = _zero_tensor
+    table[aten.fmax.default] = _fmax_fmin(aten.maximum.default)
+    table[aten.fmin.default] = _fmax_fmin(aten.minimum.default)
+    return table
