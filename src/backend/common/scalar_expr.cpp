@@ -97,8 +97,14 @@ std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprH
           return v;
         }
       }
-      if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + a() + "))";
-      if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + a() + "))";
+      if (in.dtype == DType::BFloat16 || in.dtype == DType::Float16) {
+        // Integers reach bf16/f16 through float, as c10's conversions do (and to_bf16 has only
+        // float and double overloads).
+        const std::string v = opd_integral(0) ? "float(" + a() + ")" : a();
+        return std::string(in.dtype == DType::BFloat16 ? "coil::to_f32(coil::to_bf16("
+                                                       : "coil::to_f32(coil::to_half(") +
+               v + "))";
+      }
       return T + "(" + a() + ")";
     }
     case InstrKind::Rand:
