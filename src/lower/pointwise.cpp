@@ -350,9 +350,16 @@ TensorValue converted(LoweringContext& lc, const TensorValue& v, DType dtype) {
   Operand o;
   o.kind = Operand::Tensor;
   o.t = v;
+  // An explicit conversion to bf16/f16 rounds even when a consumer in float32 reads it inlined
+  // (fused, never stored): `x.to(torch.float16) == x` must see the rounding (fuzz seed 5107).
+  // The store rounds once more, which changes nothing (the value is representable).
+  const bool narrows = (dtype == DType::BFloat16 || dtype == DType::Float16) && dtype != v.dtype;
   TensorValue r = make_pointwise(
       lc, {o}, dtype_compute(v.dtype), dtype,
-      [](BodyBuilder&, const std::vector<InstrId>& x) { return x[0]; }, 0);
+      [narrows, dtype](BodyBuilder& b, const std::vector<InstrId>& x) {
+        return narrows ? b.cast(x[0], dtype) : x[0];
+      },
+      0);
   r.device = v.device;
   return r;
 }

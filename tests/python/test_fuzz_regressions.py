@@ -313,3 +313,18 @@ def test_unsupported_call_target_falls_back_with_reason(real_coil):
     assert any("unsupported call target mul" in r for r in reasons), reasons
     with pytest.raises(Exception, match="unsupported call target mul"):
         compile_aten_graph(gm, [t], build_options({"strict": True}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_explicit_low_precision_conversion_rounds_when_fused(real_coil, dtype):
+    # Seed 5107: `x.to(f16) == x` was True everywhere: the conversion, fused into its float32
+    # consumer, was never rounded. Exact comparison: the booleans must equal eager's.
+    torch._dynamo.reset()
+    x = torch.randn(64, 33)
+    fn = lambda a: (a.to(dtype) == a, a.to(dtype).float() * 3 - a)  # noqa: E731
+    got = torch.compile(fn, backend="coil", fullgraph=True, options={"strict": True})(x)
+    want = fn(x)
+    assert not want[0].all()  # the test means something: most values do not survive rounding
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    torch._dynamo.reset()
