@@ -52,8 +52,11 @@ std::string kernels_of(const std::string& source) {
   return at == std::string::npos ? source : source.substr(at);
 }
 
+// The goldens are the emitter's exact output, not source files: `.cpp.golden`, so that
+// clang-format (which would reflow them) leaves them alone.
 void expect_golden(const std::string& name, const std::string& got) {
-  std::string path = std::string(COIL_SOURCE_DIR) + "/tests/golden/backend_cpu/" + name + ".cpp";
+  std::string path =
+      std::string(COIL_SOURCE_DIR) + "/tests/golden/backend_cpu/" + name + ".cpp.golden";
   if (std::getenv("COIL_UPDATE_GOLDEN")) std::ofstream(path) << got;
   std::ifstream f(path);
   ASSERT_TRUE(f.good()) << "missing golden " << path << "; run with COIL_UPDATE_GOLDEN=1";
