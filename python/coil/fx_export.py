@@ -393,6 +393,15 @@ class ExportedGraph:
         return t
 
 
+def _graph_device(placeholders: list[fx.Node]) -> torch.device:
+    """The device of the graph's tensor inputs (the first CUDA one, else the CPU)."""
+    for node in placeholders:
+        val = _val_or_none(node)
+        if isinstance(val, torch.Tensor) and val.device.type == "cuda":
+            return val.device
+    return torch.device("cpu")
+
+
 def _view_chain(node: fx.Node, placeholders: dict[fx.Node, int]):
     """(placeholder position, [view nodes from it to `node`]) when the FX value `node` is a
     chain of single-output view ops (view, expand, slice, permute, ...) of a tensor
@@ -654,12 +663,15 @@ class _Exporter:
                 constants.append(t)
         binder = self.bind_symbols(placeholders)
         if binder is not None:
+            # Carriers and scalars live where the graph runs: a graph's inputs share a device.
+            binder.device = _graph_device(placeholders)
+            at = "@cuda" if binder.device.type == "cuda" else ""
             for name in binder.carriers:
                 i = self.new_id()
-                header.append(f"%{i}: u8[{name}]{{0}}")
+                header.append(f"%{i}: u8[{name}]{{0}}{at}")
             for n in self.scalar_inputs:
                 self.scalar_inputs[n] = self.ids[n] = self.new_id()
-                header.append(f"%{self.ids[n]}: f64[]")
+                header.append(f"%{self.ids[n]}: f64[]{at}")
         tensor_placeholders = {placeholders[i]: i for i in input_indices}
         output_spec: list[tuple[str, Any]] = []
         gapped_outputs: dict[int, tuple[int, ...]] = {}

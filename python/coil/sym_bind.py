@@ -89,6 +89,9 @@ class SymBinder:
     # symbol name -> (lower, upper or None): the ShapeEnv's value range, passed to coil as the
     # `symbol_ranges` compile option (coil simplifies with it and checks it per call).
     ranges: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)
+    # Where the graph runs: carriers and scalars are made there (a graph's inputs share a
+    # device; the CUDA kernels cannot read a host scalar).
+    device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
 
     def __post_init__(self):
         # Backward graphs are compiled while AOTAutograd's FakeTensorMode is active; a tensor
@@ -97,6 +100,14 @@ class SymBinder:
 
         with unset_fake_temporarily():
             self._byte = torch.zeros(1, dtype=torch.uint8)
+        self._byte_on = {}
+
+    def _byte_on_device(self) -> torch.Tensor:
+        if self.device.type == "cpu":
+            return self._byte
+        if self.device not in self._byte_on:
+            self._byte_on[self.device] = torch.zeros(1, dtype=torch.uint8, device=self.device)
+        return self._byte_on[self.device]
 
     def env(self, args: Sequence[Any]) -> dict[str, int]:
         out = {}
@@ -111,9 +122,14 @@ class SymBinder:
         return out
 
     def carrier_tensors(self, env: dict[str, int]) -> list[torch.Tensor]:
-        out = [self._byte.expand(env[name]) for name in self.carriers]
-        for f in self.scalars:
-            out.append(torch.tensor(float(f(env)), dtype=torch.float64))
+        byte = self._byte_on_device()
+        out = [byte.expand(env[name]) for name in self.carriers]
+        if self.scalars:
+            # One host-to-device copy for all of them, then views.
+            values = torch.tensor([float(f(env)) for f in self.scalars], dtype=torch.float64)
+            if self.device.type != "cpu":
+                values = values.to(self.device, non_blocking=True)
+            out.extend(values[i] for i in range(len(self.scalars)))
         return out
 
     def ranges_text(self) -> str:
