@@ -38,6 +38,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_nvrtc_path": str,
     "cuda_allow_tf32": bool,
     "cuda_autotune": bool,
+    "cuda_compile_jobs": int,
     "symbol_ranges": str,
 }
 

@@ -1,9 +1,11 @@
 // compile_graph: the whole pipeline, timed per stage.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "coil/backend/common/sha256.h"
 #include "coil/backend/cpu/emit_cpp.h"
@@ -120,27 +122,55 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   if (schedule.kernels.empty()) return k;
   cu::CudaSource source = time("emit", [&] { return cu::emit_cuda(program, schedule, options); });
   a.source = cu::strip_prelude(source.code);
-  cu::CubinResult cubin = time("nvrtc", [&] {
-    return cu::compile_to_cubin(source.code, dev.cc_major, dev.cc_minor, options);
+  // NVRTC compiles one unit on one core and its time grows with the source: the distinct
+  // kernels go into up to `jobs` units of at least kMinPerUnit kernels, compiled at once.
+  constexpr size_t kMinPerUnit = 2;
+  const size_t jobs = static_cast<size_t>(options.cuda_compile_jobs > 0
+                                              ? options.cuda_compile_jobs
+                                              : std::max(1u, std::thread::hardware_concurrency()));
+  const size_t n = source.distinct.size();
+  const size_t units = std::clamp<size_t>((n + kMinPerUnit - 1) / kMinPerUnit, 1, jobs);
+  std::vector<std::vector<std::string>> parts(units);
+  std::vector<int> unit_of(n);
+  for (size_t i = 0; i < n; ++i) {  // contiguous, about equal counts
+    unit_of[i] = static_cast<int>(i * units / n);
+    parts[unit_of[i]].push_back(source.distinct[i]);
+  }
+  std::vector<std::string> sources;
+  for (const auto& p : parts) sources.push_back(cu::cuda_unit(p));
+  std::vector<cu::CubinResult> cubins = time("nvrtc", [&] {
+    return cu::compile_to_cubins(sources, dev.cc_major, dev.cc_minor, options,
+                                 static_cast<int>(jobs));
   });
-  a.compiler_command = cubin.command;
-  a.compiler_log = cubin.log;
-  a.cache_hit = cubin.cache_hit;
-  auto module = time("load", [&] { return std::make_shared<cu::Module>(cubin.cubin); });
-  for (const cu::CudaKernel& kern : source.kernels) {
+  a.compiler_command = cubins[0].command + " (" + std::to_string(units) + " unit(s) of " +
+                       std::to_string(n) + " distinct kernel(s), " +
+                       std::to_string(source.kernels.size()) + " in all)";
+  a.cache_hit = true;
+  for (const auto& c : cubins) {
+    a.compiler_log += c.log;
+    a.cache_hit = a.cache_hit && c.cache_hit;
+  }
+  auto modules = time("load", [&] {
+    auto m = std::make_shared<std::vector<std::shared_ptr<cu::Module>>>();
+    for (const auto& c : cubins) m->push_back(std::make_shared<cu::Module>(c.cubin));
+    return m;
+  });
+  for (size_t i = 0; i < source.kernels.size(); ++i) {
+    const cu::CudaKernel& kern = source.kernels[i];
+    const cu::Module& module = *(*modules)[unit_of[source.distinct_of[i]]];
     std::array<void*, 2> fns{nullptr, nullptr};
     for (int e = 0; e < 2; ++e) {
       std::string name = cu::entry_name(kern, e);
-      if (!name.empty()) fns[e] = module->function(name);
+      if (!name.empty()) fns[e] = module.function(name);
     }
     if (!fns[1]) fns[1] = fns[0];
     k.functions.push_back(fns);
   }
   k.kernels = std::move(source.kernels);
-  k.module = module;
+  k.module = modules;
   backend::Sha256 h;
   h.update(source.code);
-  h.update(cubin.command);
+  h.update(cubins[0].command);
   k.key = h.hex();
   return k;
 }

@@ -139,7 +139,9 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
 cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
                                   void* stream) const {
   const cu::CudaKernel& info = kernels_.kernels[k];
-  const std::string key = kernels_.key + " " + info.name + " " + std::to_string(work) + " " +
+  // Copies of one kernel (CudaKernel::entry) share what was measured for it.
+  const std::string& code = info.entry.empty() ? info.name : info.entry;
+  const std::string key = kernels_.key + " " + code + " " + std::to_string(work) + " " +
                           std::to_string(row) + " " + (aligned ? "a" : "u");
   {
     std::lock_guard<std::mutex> lock(tune_mu_);

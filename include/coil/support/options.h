@@ -29,6 +29,7 @@ namespace coil {
   X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
   X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
   X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */    \
+  X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
   X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" size symbol ranges (ShapeEnv) */
 
 struct CompileOptions {

@@ -12,11 +12,12 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) {
 }  // namespace
 
 std::string entry_name(const CudaKernel& k, int entry) {
+  const std::string& base = k.entry.empty() ? k.name : k.entry;
   if (k.kind == KernelKind::Pointwise) {
     if (entry == 1 && k.vec == 0) return "";
-    return k.name + (entry == 0 ? "_s" : "_v");
+    return base + (entry == 0 ? "_s" : "_v");
   }
-  return k.name + (entry == 0 ? "_w" : "_b");
+  return base + (entry == 0 ? "_w" : "_b");
 }
 
 LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, bool aligned,

@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "coil/backend/common/sha256.h"
 #include "coil/support/error.h"
@@ -171,6 +173,30 @@ CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_min
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+std::vector<CubinResult> compile_to_cubins(const std::vector<std::string>& sources, int cc_major,
+                                           int cc_minor, const CompileOptions& options, int jobs) {
+  std::vector<CubinResult> out(sources.size());
+  std::vector<std::exception_ptr> errors(sources.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < sources.size();) {
+      try {
+        out[i] = compile_to_cubin(sources[i], cc_major, cc_minor, options);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::min(sources.size(), static_cast<size_t>(std::max(1, jobs)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 Module::Module(const std::string& cubin) {

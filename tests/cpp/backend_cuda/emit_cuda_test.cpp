@@ -139,6 +139,34 @@ TEST(EmitCuda, LoweredGraphsCompile) {
   }
 }
 
+// Repeated layers: kernels equal up to the names of their buffers and variables are compiled
+// once; a kernel that differs (another constant, another op) keeps its own code.
+TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[33, 70]@cuda, %1: f32[33, 70]@cuda, %2: f32[33, 70]@cuda):\n"
+      "  %3: f32[33, 70]@cuda = aten.softmax.int(%0, -1)\n"
+      "  %4: f32[33, 70]@cuda = aten.mul.Tensor(%3, %1)\n"
+      "  %5: f32[33, 70]@cuda = aten.softmax.int(%4, -1)\n"
+      "  %6: f32[33, 70]@cuda = aten.mul.Tensor(%5, %2)\n"
+      "  %7: f32[33, 70]@cuda = aten.softmax.int(%6, -1)\n"
+      "  %8: f32[33, 70]@cuda = aten.mul.Tensor(%7, 3)\n"
+      "  %9: f32[33, 70]@cuda = aten.log_softmax.int(%8, -1)\n"
+      "  return (%9)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  std::set<std::string> compiled, entries;
+  for (const auto& k : src.kernels) {
+    if (k.entry.empty()) compiled.insert(k.name);
+    entries.insert(backend::cuda::entry_name(k, 0));
+    EXPECT_NE(code.find(backend::cuda::entry_name(k, 0) + "("), std::string::npos) << k.name;
+  }
+  ASSERT_GE(src.kernels.size(), 3u) << code;
+  EXPECT_LT(compiled.size(), src.kernels.size()) << code;
+  EXPECT_GE(compiled.size(), 2u) << "the product by 3 differs from the products by inputs\n"
+                                 << code;
+  EXPECT_NE(code.find("the same code as"), std::string::npos);
+  expect_compiles(src);
+}
+
 TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   backend::cuda::DeviceInfo dev;
   dev.sm_count = 132;

@@ -31,6 +31,9 @@ enum class KernelKind { Pointwise, Rows };
 
 struct CudaKernel {
   std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b
+  // Where the entry points are: empty for this kernel's own, else the name of an earlier kernel
+  // of the same source whose code is the same up to names (emit_cuda compiles it once).
+  std::string entry;
   KernelKind kind = KernelKind::Pointwise;
   std::vector<loop::BufferId> buffers;  // the pointer parameters, in order
   bool random = false;                  // seed and offset parameters follow the sizes
@@ -45,11 +48,17 @@ struct CudaKernel {
 struct CudaSource {
   std::string code;                 // prelude + kernels, one translation unit
   std::vector<CudaKernel> kernels;  // per Schedule::kernels
+  // The code of each distinct kernel (no prelude), in order, and per kernel the index of the
+  // one whose entry points it launches: the runtime may compile them in several units at once.
+  std::vector<std::string> distinct;
+  std::vector<int> distinct_of;
 };
 
 CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
                      const CompileOptions& options);
 
+// A translation unit of some distinct kernels: the prelude, then their code.
+std::string cuda_unit(const std::vector<std::string>& kernel_code);
 // The kernels without the prelude (for golden tests and the debug dump).
 std::string strip_prelude(const std::string& code);
 

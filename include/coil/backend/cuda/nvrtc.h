@@ -30,6 +30,10 @@ struct CubinResult {
 CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_minor,
                              const CompileOptions& options);
 
+// compile_to_cubin of several sources, `jobs` at a time on threads (NVRTC programs are
+// independent); the first failure is rethrown after all have finished.
+std::vector<CubinResult> compile_to_cubins(const std::vector<std::string>& sources, int cc_major,
+                                           int cc_minor, const CompileOptions& options, int jobs);
 // "" when NVRTC can be loaded, else why not (one line).
 std::string nvrtc_unavailable_reason(const CompileOptions& options);
 
