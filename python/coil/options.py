@@ -26,6 +26,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "fuse": bool,
     "inline_pointwise": bool,
     "max_inline_reads": int,
+    "max_pointwise_cat": int,
     "parallel_threshold": int,
     "num_threads": int,
     "cxx": str,

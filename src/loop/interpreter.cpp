@@ -598,6 +598,31 @@ class Interpreter {
         }
         return;
       }
+      case ExternKind::Cat: {
+        COIL_CHECK(ex.outputs.size() == 1 && ex.ints.size() == 1) << "cat: bad operands";
+        const BufferId o = ex.outputs[0];
+        const size_t dim = static_cast<size_t>(ex.ints[0]);
+        int64_t offset = 0;  // the piece's first position along dim
+        for (BufferId p : ex.inputs) {
+          const std::vector<int64_t> sizes = bufs_[p].sizes;
+          std::vector<int64_t> idx(sizes.size(), 0);
+          int64_t n = 1;
+          for (int64_t s : sizes) n *= s;
+          for (int64_t k = 0; k < n; ++k) {
+            std::vector<int64_t> at = idx;
+            at[dim] += offset;
+            DType t = bufs_[o].dtype;
+            write_elem(t, address(o, at),
+                       convert(read_elem(bufs_[p].dtype, address(p, idx)), bufs_[p].dtype, t));
+            for (size_t d = sizes.size(); d-- > 0;) {  // the next index, last dim fastest
+              if (++idx[d] < sizes[d]) break;
+              idx[d] = 0;
+            }
+          }
+          offset += sizes[dim];
+        }
+        return;
+      }
       case ExternKind::Convolution:
       case ExternKind::ConvolutionBackward:
       case ExternKind::IndexPut:

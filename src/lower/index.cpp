@@ -181,6 +181,31 @@ std::vector<Expr> running_offsets(LoweringContext& ctx, BodyBuilder& b, const Ca
   return out;
 }
 
+// A cat of many pieces as an extern (Inductor's ConcatKernel): each piece is copied into its
+// slice of the output at run time, so nothing in the kernels grows with the piece count. The
+// where-chain that a pointwise cat inlines into every reader tests every piece per element:
+// at 64 pieces 256 conditional instructions per element in the emitted source, and with
+// symbolic lengths 64 running offsets and conditions that do not fold, which made g++ take
+// 2.5x the static graph's time. The cost: the result is realized (one more pass over it).
+// On CUDA the host would run the extern through ATen, so the where-chain stays there.
+TensorValue cat_by_copies(LoweringContext& ctx, const Node& node,
+                          const std::vector<TensorValue>& pieces, int64_t dim, DType dt) {
+  sym::Context& c = ctx.ctx();
+  loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Cat);
+  std::vector<Expr> lengths;
+  for (const TensorValue& p : pieces) {
+    e.inputs.push_back(ctx.as_buffer(p));
+    lengths.push_back(p.sizes[dim]);
+  }
+  std::vector<Expr> sizes = pieces[0].sizes;
+  sizes[dim] = c.sum(lengths);
+  loop::BufferId out = ctx.new_buffer(dt, std::move(sizes));
+  e.outputs = {out};
+  e.ints = {dim};
+  ctx.add_extern(std::move(e));
+  return ctx.from_buffer(out);
+}
+
 std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
   sym::Context& c = ctx.ctx();
   sym::Context* cx = &c;
@@ -207,6 +232,10 @@ std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
     })};
   }
   if (pieces.size() == 1) return {pieces[0]};
+  if (static_cast<int64_t>(pieces.size()) > ctx.options().max_pointwise_cat &&
+      pieces[0].device == Device::CPU) {
+    return {cat_by_copies(ctx, node, pieces, dim, dt)};
+  }
   std::vector<Expr> lengths;
   for (const TensorValue& p : pieces) lengths.push_back(p.sizes[dim]);
   CatOffsets offsets = cat_offsets(c, std::move(lengths));

@@ -415,6 +415,9 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         case ExternKind::ScatterAdd:
           library_ok = call.inputs.size() == 3 && call.outputs.size() == 1 && !node->ints.empty();
           break;
+        case ExternKind::Cat:
+          library_ok = !call.inputs.empty() && call.outputs.size() == 1 && !node->ints.empty();
+          break;
         case ExternKind::Fallback:
           library_ok = false;
           break;
@@ -683,6 +686,18 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
     case ExternKind::ScatterAdd:
       kernels::scatter_add(ins[0], call.ints[0], ins[1], ins[2], outs[0]);
       return;
+    case ExternKind::Cat: {
+      // Each piece into its slice of the output: a view at the running offset along dim.
+      const size_t dim = static_cast<size_t>(call.ints[0]);
+      RuntimeTensor slice = outs[0];
+      for (const RuntimeTensor& piece : ins) {
+        slice.sizes[dim] = piece.sizes[dim];
+        kernels::copy(piece, slice);
+        slice.data = static_cast<char*>(slice.data) +
+                     piece.sizes[dim] * slice.strides[dim] * dtype_size(slice.dtype);
+      }
+      return;
+    }
     case ExternKind::Fallback:
       break;
   }

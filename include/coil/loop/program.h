@@ -90,6 +90,9 @@ struct ComputeNode {
 //                tensors for the other dims) and embedding_dense_backward (accumulate).
 //   ScatterAdd   inputs {self, index, src}; ints {dim (normalized)}: out = self;
 //                out[..., index[p], ...] += src[p] for every position p of index
+//   Cat          inputs {piece_0 .. piece_{n-1}} (strided, the output's dtype); ints {dim
+//                (normalized)}: out = the pieces one after the other along dim, each copied
+//                into its slice (a cat of many pieces; few pieces inline as a where-chain)
 //   ConvolutionBackward  inputs {grad_output, input, weight}; ints: Convolution's layout
 //                followed by output_mask[3]; outputs: grad_input, grad_weight, grad_bias,
 //                only those whose mask entry is set, in that order.
@@ -102,6 +105,7 @@ struct ComputeNode {
   X(ConvolutionBackward, "convolution_backward")                                   \
   X(IndexPut, "index_put")     /* out = copy of in0; out[indices] = / += values */ \
   X(ScatterAdd, "scatter_add") /* out = copy of in0; scatter-add along a dim */    \
+  X(Cat, "cat")                /* out = the inputs concatenated along a dim */     \
   X(Fallback, "fallback")      /* an eager PyTorch op, by graph node position */
 // clang-format on
 
@@ -117,7 +121,7 @@ struct ExternNode {
   std::vector<BufferId> inputs;  // may be View buffers (strided); outputs are Intermediate
   std::vector<BufferId> outputs;
   // Attributes, per kind as documented above COIL_EXTERN_KINDS: scalars (Addmm {beta, alpha})
-  // and ints (Convolution, IndexPut, ScatterAdd); unused otherwise.
+  // and ints (Convolution, IndexPut, ScatterAdd, Cat); unused otherwise.
   std::vector<double> scalars;
   std::vector<int64_t> ints;
   // The position of the graph node in Graph::nodes() and its op name. Fallback nodes are run by

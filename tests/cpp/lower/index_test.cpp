@@ -71,6 +71,43 @@ TEST(IndexLowering, CatThreePiecesSkipsEmptyAndInlinesLazyPieces) {
   expect_close(outs[3], {2, 3}, a);
 }
 
+// More than max_pointwise_cat (8) pieces: one Cat extern copies each piece into its slice
+// (no where-chain); a lazy piece (the add) is realized first, an int piece is cast. Along the
+// inner dim, so every slice of the output is strided.
+TEST(IndexLowering, CatOfManyPiecesIsOneCopyExtern) {
+  std::string hdr, args;
+  std::vector<HostTensor> in;
+  std::vector<std::vector<double>> vals;
+  for (int k = 0; k < 10; ++k) {
+    int w = 1 + k % 3;
+    hdr += "%" + std::to_string(k) + ": f32[2, " + std::to_string(w) + "], ";
+    args += (k == 3 ? std::string("%11") : "%" + std::to_string(k)) + ", ";
+    vals.push_back(as_f32(random_values(2 * w, 40 + k)));
+    in.push_back(HostTensor::from_doubles(DType::Float32, {2, w}, vals.back()));
+  }
+  std::vector<double> ints = random_values(2, 60, -5, 5, true);
+  in.push_back(HostTensor::from_doubles(DType::Int32, {2, 1}, ints));
+  std::string text = "graph(" + hdr +
+                     "%10: i32[2, 1]):\n  %11: f32[2, 1] = aten.add.Tensor(%3, 1.0)\n" +
+                     "  %12: f32[2, 20] = aten.cat.default([" + args + "%10], 1)\n  return (%12)\n";
+  Lowered l = lower_text(text);
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0]->kind, ExternKind::Cat);
+  EXPECT_EQ(ex[0]->inputs.size(), 11u);
+  EXPECT_EQ(ex[0]->ints, (std::vector<int64_t>{1}));
+  auto outs = run_text(text, in);
+  std::vector<double> want;
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 10; ++k) {
+      int w = 1 + k % 3;
+      for (int j = 0; j < w; ++j) want.push_back(vals[k][i * w + j] + (k == 3 ? 1.0 : 0.0));
+    }
+    want.push_back(ints[i]);
+  }
+  expect_close(outs[0], {2, 20}, want);
+}
+
 TEST(IndexLowering, ConstantPadPositiveAndNegative) {
   std::vector<double> x = as_f32(random_values(12, 15));
   auto outs = run_text(R"(graph(%0: f32[3, 4]):

@@ -151,5 +151,38 @@ TEST(CompileGraph, SymbolicSizesAndGuards) {
   EXPECT_THROW(g->run({}), InputMismatchError);
 }
 
+// A cat of 12 pieces with symbolic lengths runs as the Cat extern (each piece copied to its
+// slice at the offset of the lengths before it, at run time); the kernel only multiplies, so
+// nothing in the source tests a piece (no select).
+TEST(CompileGraph, CatOfManySymbolicPiecesCopiesEachPiece) {
+  std::string hdr, args, total;
+  for (int k = 0; k < 12; ++k) {
+    std::string s = "s" + std::to_string(k);
+    hdr += (k ? ", %" : "%") + std::to_string(k) + ": f32[" + s + ", 3]";
+    args += (k ? ", %" : "%") + std::to_string(k);
+    total += (k ? " + " : "") + s;
+  }
+  std::string text = "graph(" + hdr + "):\n  %12: f32[" + total + ", 3] = aten.cat.default([" +
+                     args + "])\n  %13: f32[" + total +
+                     ", 3] = aten.mul.Tensor(%12, 2.0)\n  return (%13)\n";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  EXPECT_EQ(g->artifacts().source.find('?'), std::string::npos) << g->artifacts().source;
+  for (int shift : {0, 5}) {
+    std::vector<RuntimeTensor> in;
+    for (int k = 0; k < 12; ++k) {
+      in.push_back(make_tensor<float>(DType::Float32, {2 + (3 * k + shift) % 7, 3}));
+      fill_random<float>(in.back(), 100 + k);
+    }
+    auto out = g->run(in)[0];
+    int64_t row = 0;
+    for (const RuntimeTensor& p : in) {
+      for (int64_t i = 0; i < p.sizes[0]; ++i, ++row)
+        for (int64_t j = 0; j < 3; ++j)
+          EXPECT_EQ(at<float>(out, {row, j}), 2 * at<float>(p, {i, j}));
+    }
+    EXPECT_EQ(out.sizes[0], row);
+  }
+}
+
 }  // namespace
 }  // namespace coil::runtime
