@@ -38,7 +38,8 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     sweep found running eagerly, by PyTorch's reference decompositions (decomp_opinfo.py);
     sort along a short dim, by pairwise ranks (decomp_sort.py); avg_pool3d (+ backward) as two
     avg_pool2d passes (decomp_pool.py); masked_scatter (+ backward) over small masks by a running
-    count (decomp_masked.py).
+    count (decomp_masked.py); training batch norm in bf16/f16 on CPU normalized with the rounded
+    statistics it saves, as eager's kernel does (decomp_batch_norm.py).
 
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
@@ -55,6 +56,7 @@ from typing import Callable
 import torch
 from torch._decomp import get_decompositions
 
+from .decomp_batch_norm import batch_norm_decompositions
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
 from .decomp_masked import masked_decompositions
@@ -428,6 +430,8 @@ def _table() -> dict:
     table.update(sort_decompositions())
     table.update(pool_decompositions())
     table.update(masked_decompositions())
+    # Training batch norm in bf16/f16 on CPU normalizes with its saved (rounded) statistics.
+    table.update(batch_norm_decompositions())
     return table
 
 

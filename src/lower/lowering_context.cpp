@@ -113,6 +113,28 @@ static IterSpace make_iter_space(LoweringContext& lc, const std::vector<sym::Exp
   return it;
 }
 
+namespace {
+
+// `r` rounded to the stored dtype and back (the last two instructions, as converted() in
+// pointwise.cpp appends them for a bf16/f16 conversion): the store rounds to that dtype anyway
+// and rounding twice gives the same value, so the round trip is dropped and `r`'s float32
+// operand stored. Otherwise `r`.
+InstrId drop_rounding_before_store(loop::Body& body, InstrId r, DType stored) {
+  const DType compute = dtype_compute(stored);
+  const auto n = static_cast<InstrId>(body.instrs.size());
+  if (compute == stored || r != n - 1 || n < 2) return r;
+  const loop::Instr& up = body.instrs[r];
+  const loop::Instr& down = body.instrs[n - 2];
+  if (up.kind != loop::InstrKind::Cast || up.dtype != compute || up.operands[0] != n - 2) return r;
+  if (down.kind != loop::InstrKind::Cast || down.dtype != stored) return r;
+  const InstrId inner = down.operands[0];
+  if (inner < 0 || body.instrs[inner].dtype != compute) return r;
+  body.instrs.resize(n - 2);
+  return inner;
+}
+
+}  // namespace
+
 TensorValue LoweringContext::realize_with_strides(const TensorValue& v,
                                                   std::vector<sym::Expr> strides) {
   COIL_CHECK(v.load) << "value has no loader";
@@ -126,7 +148,7 @@ TensorValue LoweringContext::realize_with_strides(const TensorValue& v,
   node.ranges = it.ranges;
   node.index_vars = it.vars;
   BodyBuilder b(node.body);
-  InstrId r = v.load(b, it.index);
+  InstrId r = drop_rounding_before_store(node.body, v.load(b, it.index), v.dtype);
   node.body.result = b.cast(r, dtype_compute(v.dtype));
   node.store_index = it.index;
   program_->steps.push_back(std::move(node));

@@ -350,9 +350,17 @@ TensorValue converted(LoweringContext& lc, const TensorValue& v, DType dtype) {
   Operand o;
   o.kind = Operand::Tensor;
   o.t = v;
+  // Inside a kernel a bf16/f16 value lives in float32. A conversion to the narrow type must
+  // still round, as eager's does: `x.to(bf16) == x` is false for most x (fuzz seed 5107).
+  // (PyTorch's batch norm decomposition normalized with unrounded statistics and saved rounded
+  // ones; leaving this unrounded hid that. coil's own: python/coil/decomp_batch_norm.py.)
+  const bool narrows = dtype_compute(dtype) != dtype && v.dtype != dtype;
   TensorValue r = make_pointwise(
       lc, {o}, dtype_compute(v.dtype), dtype,
-      [](BodyBuilder&, const std::vector<InstrId>& x) { return x[0]; }, 0);
+      [narrows, dtype](BodyBuilder& b, const std::vector<InstrId>& x) {
+        return narrows ? b.cast(x[0], dtype) : x[0];
+      },
+      0);
   r.device = v.device;
   return r;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -629,6 +630,32 @@ TEST(LowerCore, OutputLayoutFollowsGraphStrides) {
   std::vector<double> want;
   for (double x : a.to_doubles()) want.push_back(std::exp(x));
   expect_near(got, want);
+}
+
+// Fuzz seed 5107: a conversion to bf16 inlined into a float32 consumer kept float32's value
+// (x - float(bf16(x)) was 0 everywhere). Eager rounds.
+TEST(LowerCore, InlinedNarrowingConversionRounds) {
+  auto l = lower_text(R"(graph(%0: f32[64]):
+  %1: bf16[64] = prims.convert_element_type.default(%0, dtype(bf16))
+  %2: f32[64] = aten._to_copy.default(%1, dtype=dtype(f32))
+  %3: f32[64] = aten.sub.Tensor(%0, %2)
+  return (%3)
+)");
+  EXPECT_EQ(l.result.program.steps.size(), 1u) << l.text();  // one kernel: %1 inlined
+  std::vector<double> x, want;
+  for (int k = 0; k < 64; ++k) {
+    const float f = 1.0f + static_cast<float>(k) / 1000.0f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;  // round to nearest even bf16
+    float r;
+    std::memcpy(&r, &u, 4);
+    x.push_back(f);
+    want.push_back(static_cast<double>(f) - static_cast<double>(r));
+  }
+  auto got = l.run({HostTensor::from_doubles(DType::Float32, {64}, x)})[0].to_doubles();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k], want[k]) << "at " << k;
 }
 
 TEST(LowerCore, GoldenPointwiseChain) {
