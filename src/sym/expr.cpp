@@ -657,9 +657,10 @@ bool Context::Impl::split_divisible(Expr a, int64_t cb, const std::vector<Expr>&
   return !q.empty();
 }
 
-// For a positive constant divisor c: finds g > 1 dividing c such that the terms split into G
-// (coefficients divisible by g) and a nonempty R whose sum lies in [0, g). Then
-//   (G + R) // c == (G/g) // (c/g)     and     (G + R) mod c == g * ((G/g) mod (c/g)) + R,
+// For a divisor c*B (c a positive constant, B positive: 1 or a product of symbols): finds g > 1
+// dividing c such that the terms split into G (coefficients divisible by g) and a nonempty R
+// whose sum lies in [0, g). Then
+//   (G + R) // (c*B) == (G/g) // (c/g*B)  and  (G + R) mod (c*B) == g * ((G/g) mod (c/g*B)) + R,
 // because 0 <= R/g < 1 never moves a floor of an integer plus R/g. This is how
 // (4096*i + r) // (127*4096) becomes i // 127 for r < 4096 (a row index of a reshaped buffer).
 bool Context::Impl::split_small_remainder(const std::vector<Term>& terms, int64_t c, int64_t* g,
@@ -745,6 +746,22 @@ bool Context::Impl::split_symbolic_remainder(const std::vector<Term>& terms, int
   return false;
 }
 
+// A sum divisor b = g*B' (g the content of its terms) splits like a monomial one:
+// (4096*x0 + r) // (4096*s1 - 4096) is x0 // (s1 - 1) for 0 <= r < 4096 (a row of the
+// [b*(t-1), vocab] logits that a language model's loss reads through a slice of [b, t, vocab]).
+bool Context::Impl::split_sum_divisor(const std::vector<Term>& terms, Expr b, int64_t* g,
+                                      std::vector<Term>* quotient, std::vector<Term>* rest,
+                                      Expr* b_over_g) {
+  if (b->kind != ExprKind::Add || bounds(b).lo <= 0) return false;
+  std::vector<Term> bt;
+  append_terms(b, 1, bt);
+  int64_t content = content_gcd(bt, 0);
+  if (content <= 1 || !split_small_remainder(terms, content, g, quotient, rest)) return false;
+  for (Term& t : bt) t.coef /= *g;
+  *b_over_g = build_sum(std::move(bt));
+  return true;
+}
+
 Expr Context::floordiv(Expr a, Expr b) {
   if (b->is_const()) {
     int64_t c = b->value;
@@ -767,17 +784,26 @@ Expr Context::floordiv(Expr a, Expr b) {
     for (Term& t : r) t.coef /= g;
     return floordiv(impl_->build_sum(std::move(r)), impl_->make_term(cb / g, bf));
   }
-  if (b->is_const() && cb > 1) {
+  // The divisor may be symbolic: (1024*x0 + x1) // (1024*s1) is x0 // s1 for x1 < 1024 (a
+  // row of a [s0*s1, 1024] Linear output read through its [s0, s1, 1024] view).
+  if (cb > 1 && impl_->bounds(b).lo > 0) {
     int64_t g = 0;
     std::vector<Term> quotient, rest;
     if (impl_->split_small_remainder(r, cb, &g, &quotient, &rest))
-      return floordiv(impl_->build_sum(std::move(quotient)), constant(cb / g));
+      return floordiv(impl_->build_sum(std::move(quotient)), impl_->make_term(cb / g, bf));
   }
   if (cb > 0 && !bf.empty() && impl_->bounds(b).lo > 0) {
     int64_t g = 0;
     Expr quotient = nullptr, rest = nullptr;
     if (impl_->split_symbolic_remainder(r, cb, bf, &g, &quotient, &rest))
       return floordiv(quotient, constant(cb / g));
+  }
+  {
+    int64_t g = 0;
+    std::vector<Term> quotient, rest;
+    Expr bg = nullptr;
+    if (impl_->split_sum_divisor(r, b, &g, &quotient, &rest, &bg))
+      return floordiv(impl_->build_sum(std::move(quotient)), bg);
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {
@@ -815,11 +841,11 @@ Expr Context::mod(Expr a, Expr b) {
     for (Term& t : r) t.coef /= g;
     return mul(constant(g), mod(impl_->build_sum(std::move(r)), impl_->make_term(cb / g, bf)));
   }
-  if (b->is_const() && cb > 1) {
+  if (cb > 1 && impl_->bounds(b).lo > 0) {
     int64_t g = 0;
     std::vector<Term> quotient, rest;
     if (impl_->split_small_remainder(r, cb, &g, &quotient, &rest)) {
-      Expr q = mod(impl_->build_sum(std::move(quotient)), constant(cb / g));
+      Expr q = mod(impl_->build_sum(std::move(quotient)), impl_->make_term(cb / g, bf));
       return add(mul(constant(g), q), impl_->build_sum(std::move(rest)));
     }
   }
@@ -828,6 +854,15 @@ Expr Context::mod(Expr a, Expr b) {
     Expr quotient = nullptr, rest = nullptr;
     if (impl_->split_symbolic_remainder(r, cb, bf, &g, &quotient, &rest))
       return add(mul(impl_->make_term(g, bf), mod(quotient, constant(cb / g))), rest);
+  }
+  {
+    int64_t g = 0;
+    std::vector<Term> quotient, rest;
+    Expr bg = nullptr;
+    if (impl_->split_sum_divisor(r, b, &g, &quotient, &rest, &bg)) {
+      Expr q = mod(impl_->build_sum(std::move(quotient)), bg);
+      return add(mul(constant(g), q), impl_->build_sum(std::move(rest)));
+    }
   }
   Range ra = impl_->bounds(a), rb = impl_->bounds(b);
   if (rb.lo > 0) {

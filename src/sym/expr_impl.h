@@ -86,8 +86,8 @@ struct Context::Impl {
   int64_t lower_bound(Expr e);
   // Splits the terms of `a` into those divisible by coef_b*product(factors_b) (their quotients go
   // to q) and the rest (r). Returns whether any term was divisible.
-  // For a positive constant divisor c: g > 1 dividing c with terms = g*quotient + rest and
-  // 0 <= rest < g (expr.cpp explains the identity it enables).
+  // For a divisor c*B (c > 0 constant, B > 0): g > 1 dividing c with terms = g*quotient +
+  // rest and 0 <= rest < g (expr.cpp explains the identity it enables).
   bool split_small_remainder(const std::vector<Term>& terms, int64_t c, int64_t* g,
                              std::vector<Term>* quotient, std::vector<Term>* rest);
   bool split_divisible(Expr a, int64_t coef_b, const std::vector<Expr>& factors_b,
@@ -99,6 +99,11 @@ struct Context::Impl {
   bool split_symbolic_remainder(const std::vector<Term>& terms, int64_t c,
                                 const std::vector<Expr>& factors, int64_t* g, Expr* quotient,
                                 Expr* rest);
+  // For a positive sum divisor b whose terms share a factor (4096*s1 - 4096): g > 1 dividing
+  // that factor with terms = g*quotient + rest, 0 <= rest < g. Sets *g, *quotient, *rest and
+  // *b_over_g (split_small_remainder with the sum's content as c).
+  bool split_sum_divisor(const std::vector<Term>& terms, Expr b, int64_t* g,
+                         std::vector<Term>* quotient, std::vector<Term>* rest, Expr* b_over_g);
 };
 
 // Factors of a monomial (Mul without its coefficient, or the expression itself); empty for Const.

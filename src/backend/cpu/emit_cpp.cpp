@@ -36,6 +36,20 @@ using loop::ReduceKind;
 using sym::Expr;
 
 std::string ctype(DType t) { return std::string(dtype_ctype(t)); }
+
+// Whether e divides (or takes a remainder) by a size that is not a constant. *unsafe: some
+// such divisor is not provably positive (computing it where the original code did not, say
+// outside a load's mask, might divide by zero).
+bool divides_by_symbol(sym::Context& ctx, Expr e, bool* unsafe) {
+  bool found = false;
+  if ((e->kind == sym::ExprKind::FloorDiv || e->kind == sym::ExprKind::Mod) &&
+      !e->operands[1]->is_const()) {
+    found = true;
+    if (ctx.bounds(e->operands[1]).lo <= 0) *unsafe = true;
+  }
+  for (Expr o : e->operands) found = divides_by_symbol(ctx, o, unsafe) || found;
+  return found;
+}
 bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 class KernelEmitter {
@@ -343,6 +357,7 @@ class KernelEmitter {
       emit_store(n, v);
       for (size_t j = k; j < n.ranges.size(); ++j) close();
     }
+    index_bases_.clear();  // their names go out of scope here
     --indent_;
     line("}");
   }
@@ -359,7 +374,7 @@ class KernelEmitter {
     std::string val = t == DType::BFloat16  ? "coil::to_bf16(" + v + ")"
                       : t == DType::Float16 ? "coil::to_half(" + v + ")"
                                             : ctype(t) + "(" + v + ")";
-    line(buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] = " + val + ";");
+    line(buf(n.out).name + "[" + index_text(flat_index(n.out, n.store_index)) + "] = " + val + ";");
   }
 
   struct ReduceOps {
@@ -586,6 +601,58 @@ class KernelEmitter {
       emit_instr(b, static_cast<InstrId>(i));
       hoisted_[i] = true;
     }
+    hoist_index_bases(n, inner_vars, variant);
+  }
+
+  // Emits, before a node's inner loops, the part of each index that does not change along
+  // them when it divides by a symbolic size: 4096*s1*(x0 / (s1 - 1)) + 4096*(x0 % (s1 - 1)),
+  // the row of gpt2's sliced [b*(t-1), vocab] logits. gcc keeps a division by a run-time value
+  // inside the loop (it could trap), and the simd loops of that softmax ran 4x slower than with
+  // the constant divisor of a static graph. Static indices divide by constants and are left
+  // as they are. Loads and stores then print `base + inner part` (index_text).
+  void hoist_index_bases(const ComputeNode& n, std::vector<Expr> inner_vars,
+                         const std::vector<bool>& variant) {
+    index_bases_.clear();
+    const loop::Body& b = n.body;
+    for (size_t i = 0; i < b.instrs.size(); ++i)
+      if (variant[i] && b.instrs[i].kind == InstrKind::Indirect && b.instrs[i].expr)
+        inner_vars.push_back(b.instrs[i].expr);
+    auto varies = [&](Expr e) {
+      for (Expr v : inner_vars)
+        if (ctx_.depends_on(e, v)) return true;
+      return false;
+    };
+    std::unordered_map<Expr, std::string> names;
+    auto consider = [&](BufferId id, const std::vector<Expr>& index) {
+      if (locals_.count(id)) return;
+      Expr flat = flat_index(id, index);
+      if (flat->kind != sym::ExprKind::Add || index_bases_.count(flat)) return;
+      std::vector<Expr> base, inner;
+      for (Expr t : flat->operands) (varies(t) ? inner : base).push_back(t);
+      if (base.empty() || inner.empty()) return;
+      Expr e = ctx_.sum(base);
+      bool unsafe = false;
+      if (!divides_by_symbol(ctx_, e, &unsafe) || unsafe) return;
+      auto [it, fresh] = names.emplace(e, "");
+      if (fresh) {
+        // Skip the graph's own symbol names (a size named base0 would be shadowed).
+        do it->second = "base" + std::to_string(next_base_++);
+        while (ctx_.has_symbol(it->second));
+        line("const int64_t " + it->second + " = " + idx(e) + ";");
+      }
+      index_bases_[flat] = {it->second, ctx_.sum(inner)};
+    };
+    for (size_t i = 0; i < b.instrs.size(); ++i)
+      if (variant[i] && b.instrs[i].kind == InstrKind::Load)
+        consider(b.instrs[i].buffer, b.instrs[i].index);
+    if (!n.is_reduction()) consider(n.out, n.store_index);
+  }
+
+  // A flat index as C++: a hoisted base (hoist_index_bases) plus the inner part, or all of it.
+  std::string index_text(Expr flat) {
+    auto it = index_bases_.find(flat);
+    if (it == index_bases_.end()) return idx(flat);
+    return it->second.first + " + " + idx(it->second.second);
   }
 
   // Per instruction of n's body: whether its value changes with any of `vars`.
@@ -667,7 +734,7 @@ class KernelEmitter {
       v = local_name(in.buffer);
     } else {
       const loop::Buffer& B = buf(in.buffer);
-      v = B.name + "[" + idx(flat_index(in.buffer, in.index)) + "]";
+      v = B.name + "[" + index_text(flat_index(in.buffer, in.index)) + "]";
       if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
     }
     if (in.mask >= 0) return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
@@ -683,6 +750,9 @@ class KernelEmitter {
   bool masked_loads_ = false;  // some node of the kernel loads under a mask (open_loop)
   std::vector<const ComputeNode*> nodes_;
   std::vector<bool> hoisted_;  // instructions of the current node emitted before its loops
+  // flat index -> (name of its hoisted base, inner part): the current node's loads and store
+  std::unordered_map<Expr, std::pair<std::string, Expr>> index_bases_;
+  int next_base_ = 0;  // base0, base1, ... within the kernel
   std::unordered_map<Expr, std::string> sym_names_;
   int indent_ = 0;
 };

@@ -188,6 +188,59 @@ TEST(SymbolicIndexGolden, MergeOddDim) {
     expect_runs_like_interpreter(c, {iota({a, 3, b})});
 }
 
+// A Linear's [s0*s1, 64] output read through its [s0, s1, 64] view and written back flat
+// (the GELU between a transformer's two Linears). The load index was
+// x1 + 64*s1*((64*x0 + x1) // (64*s1)) + 64*(x0 % s1): not affine in x1, so the GELU's inner
+// loop did not vectorize (the dynamic kernel ran 7x slower than the static one). The 64 of the
+// divisor now splits off (x1 < 64), and the index folds to 64*x0 + x1.
+constexpr const char* kFlatThroughView = R"(graph(%0: f32[s0, s1], %1: f32[s0*s1, 64]):
+  %2: f32[s0, s1, 64] = aten.view.default(%1, [sym(s0), sym(s1), 64])
+  %3: f32[s0, s1, 1] = aten.unsqueeze.default(%0, -1)
+  %4: f32[s0, s1, 64] = aten.add.Tensor(%2, %3)
+  %5: f32[s0, s1, 64] = aten.erf.default(%4)
+  %6: f32[s0*s1, 64] = aten.view.default(%5, [sym(s0*s1), 64])
+  return (%6)
+)";
+
+TEST(SymbolicIndexGolden, FlatThroughViewIsAffine) {
+  Compiled c = compile_text(kFlatThroughView);
+  std::string k = kernels_of(c.source);
+  expect_golden("flat_through_view_symbolic", k);
+  EXPECT_NE(k.find("buf2[64*x0 + x1]"), std::string::npos) << k;
+  EXPECT_NE(k.find("#pragma omp simd"), std::string::npos) << k;
+  for (auto [a, b] : {std::pair{2, 2}, {3, 7}, {5, 13}})
+    expect_runs_like_interpreter(c, {iota({a, b}), iota({a * b, 64})});
+}
+
+// A language model's loss: logits [s0, s1, 16] sliced to [s0, s1 - 1, 16], copied, viewed as
+// [s0*(s1 - 1), 16], then a row max and the row minus it. The row's start divides by the sum
+// s1 - 1 (16*s1 - 16 before its common factor split off); computed inside the inner loops,
+// gcc left that division there and the dynamic softmax ran 4x slower than the static one. It
+// is computed once per row before the loops (`base0`), and the loops are simd loops.
+constexpr const char* kSlicedRows = R"(graph(%0: f32[s0, s1, 16]):
+  %1: f32[s0, s1 - 1, 16]{16*s1, 16, 1} = aten.slice.Tensor(%0, 1, 0, -1)
+  %2: f32[s0, s1 - 1, 16] = aten._to_copy.default(%1, memory_format="torch.contiguous_format")
+  %3: f32[s0*(s1 - 1), 16] = aten._unsafe_view.default(%2, [sym(s0*(s1 - 1)), 16])
+  %4: f32[s0*(s1 - 1), 1] = aten.amax.default(%3, [1], true)
+  %5: f32[s0*(s1 - 1), 16] = aten.sub.Tensor(%3, %4)
+  return (%5)
+)";
+
+TEST(SymbolicIndexGolden, SlicedRowsHoistSymbolicDivision) {
+  Compiled c = compile_text(kSlicedRows);
+  std::string k = kernels_of(c.source);
+  expect_golden("sliced_rows_symbolic", k);
+  EXPECT_NE(k.find("const int64_t base0 = "), std::string::npos) << k;
+  // No division by a size inside a simd loop: every `/ (` and `% (` is in a base line.
+  std::istringstream lines(k);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("/ (") != std::string::npos || l.find("% (") != std::string::npos)
+      EXPECT_NE(l.find("const int64_t base"), std::string::npos) << l;
+  EXPECT_NE(k.find("#pragma omp simd"), std::string::npos) << k;
+  for (auto [a, b] : {std::pair{2, 2}, {3, 7}, {5, 13}})
+    expect_runs_like_interpreter(c, {iota({a, b, 16})});
+}
+
 // cat of n pieces with symbolic lengths t0..t(n-1). Piece k's offset is the sum of the k
 // lengths before it; written out in every index and condition, the kernel was quadratic in n
 // (16 -> 64 pieces: 7.5x the text). An offset of more than two terms is now a symbol bound in

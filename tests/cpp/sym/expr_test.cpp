@@ -359,6 +359,56 @@ TEST_F(SymTest, SymbolicCommonFactorRemainder) {
   EXPECT_EQ(c.floordiv(loose, P("32*s1"))->kind, ExprKind::FloorDiv);
 }
 
+// The dynamic transformer's GELU read its [s0*s1, 1024] input through the [s0, s1, 1024] view
+// as x1 + 1024*s1*((1024*x0 + x1) // (1024*s1)) + 1024*(x0 % s1): not affine in x1, so its
+// inner loop did not vectorize. A constant factor of a symbolic divisor splits off like a
+// constant divisor's, and the index folds back to 1024*x0 + x1.
+TEST_F(SymTest, SmallRemainderUnderSymbolicDivisor) {
+  Expr x0 = c.symbol("x0"), x1 = c.symbol("x1", {0, 1023});
+  c.set_upper_bound(x0, c.mul(s0, s1));
+  EXPECT_EQ(c.floordiv(P("1024*x0 + x1"), P("1024*s1")), P("x0 // s1"));
+  EXPECT_EQ(c.mod(P("1024*x0 + x1"), P("1024*s1")), P("1024*(x0 % s1) + x1"));
+  EXPECT_EQ(P("x1 + 1024*s1*((1024*x0 + x1) // (1024*s1)) + 1024*(x0 % s1)"), P("1024*x0 + x1"));
+  // Not when the remainder can reach the factor.
+  Expr x2 = c.symbol("x2", {0, 1024});
+  EXPECT_EQ(c.floordiv(c.add(c.mul(k(1024), x0), x2), P("1024*s1"))->kind, ExprKind::FloorDiv);
+  // Brute force over small values (s1 and the remainder's bound).
+  Expr t = c.symbol("t", {2, 6}), a = c.symbol("a", {0, 40}), r = c.symbol("r", {0, 3});
+  Expr num = c.add(c.mul(k(4), a), r), den = c.mul(k(4), t);
+  Expr q = c.floordiv(num, den), m = c.mod(num, den);
+  for (int64_t tv = 2; tv <= 6; ++tv)
+    for (int64_t av = 0; av <= 40; ++av)
+      for (int64_t rv = 0; rv <= 3; ++rv) {
+        std::unordered_map<Expr, int64_t> env{{t, tv}, {a, av}, {r, rv}};
+        EXPECT_EQ(c.evaluate(q, env), (4 * av + rv) / (4 * tv));
+        EXPECT_EQ(c.evaluate(m, env), (4 * av + rv) % (4 * tv));
+      }
+}
+
+// gpt2's loss reads the [b*(t-1), 4096] logits through a slice of [b, t, 4096]: the divisor
+// 4096*t - 4096 is a sum; its common factor splits off the same way.
+TEST_F(SymTest, SumDivisorWithCommonFactor) {
+  Expr x0 = c.symbol("x0"), r = c.symbol("r", {0, 4095});
+  c.set_upper_bound(x0, P("s0*s1 - s0"));
+  EXPECT_EQ(c.floordiv(P("4096*x0 + r"), P("4096*s1 - 4096")), P("x0 // (s1 - 1)"));
+  EXPECT_EQ(c.mod(P("4096*x0 + r"), P("4096*s1 - 4096")), P("4096*(x0 % (s1 - 1)) + r"));
+  Expr r2 = c.symbol("r2", {0, 4096});
+  EXPECT_EQ(c.floordiv(c.add(c.mul(k(4096), x0), r2), P("4096*s1 - 4096"))->kind,
+            ExprKind::FloorDiv);
+  // Brute force: (6*a + rr) // (6*t - 6) and its mod.
+  Expr t = c.symbol("t", {2, 6}), a = c.symbol("a", {0, 40}), rr = c.symbol("rr", {0, 2});
+  Expr num = c.add(c.mul(k(6), a), rr), den = c.sub(c.mul(k(6), t), k(6));
+  Expr q = c.floordiv(num, den), m = c.mod(num, den);
+  EXPECT_EQ(q, c.floordiv(a, c.sub(t, k(1))));
+  for (int64_t tv = 2; tv <= 6; ++tv)
+    for (int64_t av = 0; av <= 40; ++av)
+      for (int64_t rv = 0; rv <= 2; ++rv) {
+        std::unordered_map<Expr, int64_t> env{{t, tv}, {a, av}, {rr, rv}};
+        EXPECT_EQ(c.evaluate(q, env), (6 * av + rv) / (6 * tv - 6));
+        EXPECT_EQ(c.evaluate(m, env), (6 * av + rv) % (6 * tv - 6));
+      }
+}
+
 // Ranges from outside the graph (Dynamo's ShapeEnv, the `symbol_ranges` compile option).
 TEST(SymRanges, SetRangesFromText) {
   Context c;
