@@ -449,48 +449,9 @@ class KernelEmitter {
       if (!locals_.count(n.out) && (n.is_reduction() || n.ranges.size() == k))
         line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
     }
-    plan_row_cache();
-    if (row_cache_slots_.empty()) {
-      emit_members();
-    } else {
-      // Rows short enough for kRowCacheItems positions per thread: every member loops over
-      // the same positions, unrolled, and the values several members load stay in registers
-      // (the row is read from memory once); longer rows (a small block) take the plain loops.
-      open("if ((" + T + ")g_ * " + std::to_string(kRowCacheItems) + " >= (" + T + ")(" +
-           idx(row_cache_count_) + ")) {");
-      row_cache_on_ = true;
-      for (const auto& [key, slot] : row_cache_slots_)
-        line(slot.type + " rc" + std::to_string(slot.index) + "_[" +
-             std::to_string(kRowCacheItems) + "];");
-      emit_members();
-      row_cache_on_ = false;
-      close();
-      open("else {");
-      emit_members();
-      close();
-    }
-    // The next row's members may overwrite what this row's last reads used (locals are
-    // registers, but reductions share slots; group_reduce syncs after itself).
-    close();
-    close();
-    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_w(" + param_list() +
-         ") {");
-    line("  " + k_.name + "_impl<32>(" + arg_list() + ");");
-    line("}");
-    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_b(" + param_list() +
-         ") {");
-    line("  " + k_.name + "_impl<0>(" + arg_list() + ");");
-    line("}");
-    line("");
-  }
-
-  void emit_members() {
-    const size_t k = k_.outer_ranges.size();
-    const std::string T = idx_t_;
     std::set<BufferId> written_so_far;
     for (size_t m = 0; m < nodes_.size(); ++m) {
       const ComputeNode& n = *nodes_[m];
-      member_ = m;
       // A member reading what an earlier member stored (other threads of the group wrote it).
       bool needs_sync = false;
       for (const Instr& in : n.body.instrs)
@@ -519,124 +480,28 @@ class KernelEmitter {
           ivars.push_back(cpp_identifier(n.index_vars[j]->name));
           iranges.push_back(n.ranges[j]);
         }
-        open_inner_loop(m, "(" + T + ")(" + idx(product(iranges)) + ")");
+        open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(iranges)) +
+             "); e_ += g_) {");
         decompose("e_", ivars, iranges);
         std::string v = emit_body(n);
         emit_store(n, v);
-        close_inner_loop(m);
+        close();
       }
       close();
     }
-  }
-
-  // ---------------------------------------------------------------- the row cache
-  // A member's inner loop: grid-stride over the row or, with the row cache on and the member
-  // taking part, unrolled over kRowCacheItems positions per thread (constant register indices).
-  bool cached_member(size_t m) const { return row_cache_on_ && row_cache_members_.count(m) > 0; }
-  void open_inner_loop(size_t m, const std::string& count) {
-    const std::string T = idx_t_;
-    if (!cached_member(m)) {
-      open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
-      return;
-    }
-    line("#pragma unroll");
-    open("for (int i_ = 0; i_ < " + std::to_string(kRowCacheItems) + "; ++i_) {");
-    line("const " + T + " e_ = lane_ + (" + T + ")i_ * g_;");
-    open("if (e_ < " + count + ") {");
-  }
-  void close_inner_loop(size_t m) {
-    if (cached_member(m)) close();
+    // The next row's members may overwrite what this row's last reads used (locals are
+    // registers, but reductions share slots; group_reduce syncs after itself).
     close();
-  }
-
-  // The inner positions a member loops over and its variables for them (none: no inner loop,
-  // or an arg-reduction, which keeps its plain loop).
-  bool inner_loop_of(const ComputeNode& n, std::vector<Expr>& ranges, std::vector<Expr>& vars) {
-    const size_t k = k_.outer_ranges.size();
-    if (n.is_reduction()) {
-      if (n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin) return false;
-      ranges = n.reduction_ranges;
-      vars = n.reduction_vars;
-      return true;
-    }
-    if (n.ranges.size() == k) return false;
-    ranges.assign(n.ranges.begin() + static_cast<std::ptrdiff_t>(k), n.ranges.end());
-    vars.assign(n.index_vars.begin() + static_cast<std::ptrdiff_t>(k), n.index_vars.end());
-    return true;
-  }
-
-  // What identifies a load across members: the buffer and its index printed with the inner
-  // variables named by position ("" for loads the cache does not hold: masked ones, the rng
-  // state, locals, and buffers this kernel writes — other threads may change those).
-  std::string row_cache_key(const ComputeNode& n, const Instr& in) {
-    if (in.kind != InstrKind::Load || in.mask >= 0 || in.buffer == p_.rng_state ||
-        locals_.count(in.buffer))
-      return "";
-    for (BufferId w : written_)
-      if (root(w) == root(in.buffer)) return "";
-    std::vector<Expr> ranges, vars;
-    if (!inner_loop_of(n, ranges, vars)) return "";
-    const auto saved = sym_names_;  // called while the member's body is being emitted
-    set_node_names(n);
-    for (size_t j = 0; j < vars.size(); ++j) sym_names_[vars[j]] = "q" + std::to_string(j) + "_";
-    std::string key = std::to_string(in.buffer) + " " + compute_ctype(in.dtype) + " " +
-                      idx(flat_index(in.buffer, in.index));
-    sym_names_ = saved;
-    return key;
-  }
-
-  // Which members loop over the same inner positions (the longest such set, by the row's
-  // inner ranges), and which of their loads more than one of them reads: those get a
-  // register slot, filled by the first member that loads them.
-  void plan_row_cache() {
-    row_cache_slots_.clear();
-    row_cache_members_.clear();
-    std::map<std::string, std::vector<size_t>> by_ranges;
-    std::map<std::string, Expr> count_of;
-    for (size_t m = 0; m < nodes_.size(); ++m) {
-      std::vector<Expr> ranges, vars;
-      if (!inner_loop_of(*nodes_[m], ranges, vars)) continue;
-      std::string r = ranges_text(ranges);
-      by_ranges[r].push_back(m);
-      count_of[r] = product(ranges);
-    }
-    const std::vector<size_t>* best = nullptr;
-    std::string best_ranges;
-    for (const auto& [r, ms] : by_ranges)
-      if (!best || ms.size() > best->size()) best = &ms, best_ranges = r;
-    if (!best || best->size() < 2) return;
-    std::map<std::string, std::set<size_t>> readers;
-    std::map<std::string, std::string> type_of;
-    std::vector<std::string> order;
-    for (size_t m : *best)
-      for (const Instr& in : nodes_[m]->body.instrs) {
-        std::string key = row_cache_key(*nodes_[m], in);
-        if (key.empty()) continue;
-        if (!readers.count(key)) order.push_back(key);
-        readers[key].insert(m);
-        type_of[key] = compute_ctype(in.dtype);
-      }
-    for (const std::string& key : order) {
-      if (readers[key].size() < 2 || row_cache_slots_.size() >= kRowCacheSlots) continue;
-      RowCacheSlot slot;
-      slot.index = static_cast<int>(row_cache_slots_.size());
-      slot.first = *readers[key].begin();
-      slot.type = type_of[key];
-      row_cache_slots_[key] = slot;
-    }
-    if (row_cache_slots_.empty()) return;
-    row_cache_members_.insert(best->begin(), best->end());
-    row_cache_count_ = count_of[best_ranges];
-  }
-
-  // The load's value through the row cache, or "" when it does not go through it.
-  std::string cached_load(const Instr& in, const std::string& value) {
-    if (!cached_member(member_)) return "";
-    auto it = row_cache_slots_.find(row_cache_key(*nodes_[member_], in));
-    if (it == row_cache_slots_.end()) return "";
-    const std::string slot = "rc" + std::to_string(it->second.index) + "_[i_]";
-    if (it->second.first == member_) return "(" + slot + " = " + value + ")";
-    return slot;
+    close();
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_w(" + param_list() +
+         ") {");
+    line("  " + k_.name + "_impl<32>(" + arg_list() + ");");
+    line("}");
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_b(" + param_list() +
+         ") {");
+    line("  " + k_.name + "_impl<0>(" + arg_list() + ");");
+    line("}");
+    line("");
   }
 
   BufferId root(BufferId b) {
@@ -710,12 +575,12 @@ class KernelEmitter {
     const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
     const ReduceOps ops = reduce_ops(n.reduce, acc_t);
     line(A + " acc = " + ops.init + ";");
-    open_inner_loop(member_, count);
+    open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
     decompose("e_", rvars, n.reduction_ranges);
     std::string v = emit_body(n);
     std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
     line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
-    close_inner_loop(member_);
+    close();
     line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
     finish_reduction(n, "acc");
   }
@@ -816,7 +681,6 @@ class KernelEmitter {
       }
       if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
       if (B.dtype == DType::Bool) v = "(" + v + " != 0)";
-      if (std::string c = cached_load(in, T + "(" + v + ")"); !c.empty()) v = c;
     }
     if (in.mask >= 0) {
       // The masked-off element is not read at all (it may lie outside the buffer).
@@ -837,22 +701,6 @@ class KernelEmitter {
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
   size_t member_ = 0;
-  // The row cache (plan_row_cache): slots by load key, the members that take part, their
-  // common trip count, and whether the members being emitted use it.
-  struct RowCacheSlot {
-    int index = 0;
-    size_t first = 0;  // the member that loads the value and fills the slot
-    std::string type;  // the value's compute type
-  };
-  // 8 values per thread covers the rows the launch heuristic gives a block of row / 8 threads
-  // (softmax over 8192 on 1024 threads); with __launch_bounds__(1024) a thread has 64
-  // registers, so at most 2 slots (16 registers) to stay clear of spills.
-  static constexpr int kRowCacheItems = 8;
-  static constexpr size_t kRowCacheSlots = 2;
-  std::map<std::string, RowCacheSlot> row_cache_slots_;
-  std::set<size_t> row_cache_members_;
-  Expr row_cache_count_ = nullptr;
-  bool row_cache_on_ = false;
   std::string idx_t_ = "int64_t";
   CudaKernel info_;
   int indent_ = 0;

@@ -13,97 +13,42 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     const int x0 = (int)row_;
     float buf1_v;
     float buf2_v;
-    if ((int)g_ * 8 >= (int)(16)) {
-      float rc0_[8];
-      // buf1
-      {
-        float acc = coil::numeric<float>::lowest();
-        #pragma unroll
-        for (int i_ = 0; i_ < 8; ++i_) {
-          const int e_ = lane_ + (int)i_ * g_;
-          if (e_ < (int)(16)) {
-            const int r1 = e_;
-            const float v0 = (rc0_[i_] = float(in0[16*x0 + r1]));
-            acc = coil::MaxOp::apply(acc, float(v0));
-          }
-        }
-        acc = coil::group_reduce<G, coil::MaxOp>(acc);
-        buf1_v = acc;
+    // buf1
+    {
+      float acc = coil::numeric<float>::lowest();
+      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
+        const int r1 = e_;
+        const float v0 = in0[16*x0 + r1];
+        acc = coil::MaxOp::apply(acc, float(v0));
       }
-      // buf2
-      {
-        float acc = float(0);
-        #pragma unroll
-        for (int i_ = 0; i_ < 8; ++i_) {
-          const int e_ = lane_ + (int)i_ * g_;
-          if (e_ < (int)(16)) {
-            const int r3 = e_;
-            const float v0 = rc0_[i_];
-            const float v1 = buf1_v;
-            const float v2 = float(v0 - v1);
-            const float v3 = coil::m::exp(float(v2));
-            acc = coil::SumOp::apply(acc, float(v3));
-          }
-        }
-        acc = coil::group_reduce<G, coil::SumOp>(acc);
-        buf2_v = acc;
-      }
-      // buf3
-      {
-        #pragma unroll
-        for (int i_ = 0; i_ < 8; ++i_) {
-          const int e_ = lane_ + (int)i_ * g_;
-          if (e_ < (int)(16)) {
-            const int i5 = e_;
-            const float v0 = rc0_[i_];
-            const float v1 = buf1_v;
-            const float v2 = buf2_v;
-            const float v3 = float(v0 - v1);
-            const float v4 = coil::m::exp(float(v3));
-            const float v5 = float(v4 / v2);
-            buf3[16*x0 + i5] = float(v5);
-          }
-        }
-      }
+      acc = coil::group_reduce<G, coil::MaxOp>(acc);
+      buf1_v = acc;
     }
-    else {
-      // buf1
-      {
-        float acc = coil::numeric<float>::lowest();
-        for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-          const int r1 = e_;
-          const float v0 = in0[16*x0 + r1];
-          acc = coil::MaxOp::apply(acc, float(v0));
-        }
-        acc = coil::group_reduce<G, coil::MaxOp>(acc);
-        buf1_v = acc;
+    // buf2
+    {
+      float acc = float(0);
+      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
+        const int r3 = e_;
+        const float v0 = in0[16*x0 + r3];
+        const float v1 = buf1_v;
+        const float v2 = float(v0 - v1);
+        const float v3 = coil::m::exp(float(v2));
+        acc = coil::SumOp::apply(acc, float(v3));
       }
-      // buf2
-      {
-        float acc = float(0);
-        for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-          const int r3 = e_;
-          const float v0 = in0[16*x0 + r3];
-          const float v1 = buf1_v;
-          const float v2 = float(v0 - v1);
-          const float v3 = coil::m::exp(float(v2));
-          acc = coil::SumOp::apply(acc, float(v3));
-        }
-        acc = coil::group_reduce<G, coil::SumOp>(acc);
-        buf2_v = acc;
-      }
-      // buf3
-      {
-        for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-          const int i5 = e_;
-          const float v0 = in0[16*x0 + i5];
-          const float v1 = buf1_v;
-          const float v2 = buf2_v;
-          const float v3 = float(v0 - v1);
-          const float v4 = coil::m::exp(float(v3));
-          const float v5 = float(v4 / v2);
-          buf3[16*x0 + i5] = float(v5);
-        }
+      acc = coil::group_reduce<G, coil::SumOp>(acc);
+      buf2_v = acc;
+    }
+    // buf3
+    {
+      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
+        const int i5 = e_;
+        const float v0 = in0[16*x0 + i5];
+        const float v1 = buf1_v;
+        const float v2 = buf2_v;
+        const float v3 = float(v0 - v1);
+        const float v4 = coil::m::exp(float(v3));
+        const float v5 = float(v4 / v2);
+        buf3[16*x0 + i5] = float(v5);
       }
     }
   }
