@@ -1,12 +1,15 @@
 """Compile time of symbolic graphs against the same graphs with static sizes (issue 5: at most
 1.5x), on the C++ pipeline alone (graph text -> coil._coil.compile, no Dynamo): a cat of 16 and
 64 pieces times 2 (`max_pointwise_cat` 8, the default: a Cat extern; 1000: the where-chain it
-replaced), and 80 reshapes [a, b, 16] -> [a*b, 16] -> [a, b*16] -> ... with an add between.
+replaced), 80 reshapes [a, b, 16] -> [a*b, 16] -> [a, b*16] -> ... with an add between, and
+resnet18_eval (bench/models.py, test width, 2x3x32x32) as Dynamo hands it to coil with
+`dynamic=False` and `dynamic=True` (batch and image side symbolic; its graph text is taken from
+a debug dump of one torch.compile call, and that call's `python_export` is printed too).
 Each compile gets an empty kernel cache (g++ runs every time); best of --reps; g++ as CPU
 time. The tests check
 deterministic proxies of the same (tests/python/test_dynamic_shapes.py); this prints seconds.
 
-  PYTHONPATH=python python bench/dynamic_compile.py [--reps 3]
+  PYTHONPATH=python python bench/dynamic_compile.py [--reps 3] [--no-resnet]
 """
 
 from __future__ import annotations
@@ -41,6 +44,36 @@ def reshape_chain_text(symbolic: bool) -> str:
     return f"graph(%0: f32[{a}, {b}, 16]):\n" + "\n".join(lines) + f"\n  return (%{v})\n"
 
 
+def resnet18_eval_texts() -> tuple[str, str, dict]:
+    """(static graph text, dynamic graph text, {mode: python_export seconds}) of resnet18_eval
+    as torch.compile hands it to coil, each from the debug dump of one compile."""
+    import glob
+    import json
+    import os
+    import sys
+
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import models as zoo
+
+    model, _ = zoo.MODELS["resnet18_eval"][0]("test")
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    texts, export = {}, {}
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        dump = tempfile.mkdtemp(prefix="coil-dc-dump-")
+        opts = {"cache_dir": tempfile.mkdtemp(prefix="coil-dc-"), "debug": True,
+                "debug_dir": dump}
+        with torch.no_grad():
+            torch.compile(model.eval(), backend="coil", dynamic=dynamic, options=opts)(x)
+        d = sorted(glob.glob(os.path.join(dump, "*")))[0]
+        texts[dynamic] = open(os.path.join(d, "01_graph.txt")).read()
+        export["dynamic" if dynamic else "static"] = json.load(
+            open(os.path.join(d, "timings.json")))["python_export"]
+    return texts[False], texts[True], export
+
+
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -65,11 +98,18 @@ def compile_once(text: str, extra: dict) -> tuple[float, float, int]:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-resnet", dest="resnet", action="store_false",
+                    help="skip resnet18_eval (needs torch and a Dynamo compile per mode)")
     args = ap.parse_args()
     cases = [(f"cat {n}", (lambda s, n=n: cat_text(n, s)), {}) for n in (16, 64)]
     cases += [(f"cat {n} where-chain", (lambda s, n=n: cat_text(n, s)),
                {"max_pointwise_cat": 1000}) for n in (16, 64)]
     cases.append(("reshape chain 80", reshape_chain_text, {}))
+    if args.resnet:
+        static, dynamic, export = resnet18_eval_texts()
+        print(f"resnet18_eval python_export: static {export['static'] * 1e3:.1f} ms, "
+              f"dynamic {export['dynamic'] * 1e3:.1f} ms (first compile of the process)")
+        cases.append(("resnet18_eval", lambda s: dynamic if s else static, {}))
     print("| graph | static: coil ms, g++ cpu ms, source KB | symbolic: coil ms, g++ cpu ms, source KB |"
           " ratio (total) |")
     print("|---|---|---|---|")

@@ -4,7 +4,7 @@
 //   coil::bf16, coil::half, coil::to_f32 / to_bf16 / to_half, coil::numeric<T>   (scalar.h)
 //   coil::m::exp / log / tanh / sigmoid / erf / ... (vectorizable float math)     (vmath.h)
 //   coil::rand_uniform / rand_normal / randint64 (Philox4x32-10)                  (philox.h)
-//   COIL_KERNEL: the linkage of a kernel entry point.
+//   COIL_KERNEL: the linkage of a kernel entry point; COIL_SYMBOLIC_EXTENTS: see below.
 #pragma once
 
 #include <stdint.h>
@@ -18,6 +18,18 @@
 #include "vmath.h"
 
 #define COIL_KERNEL extern "C" __attribute__((visibility("default")))
+
+// On a kernel whose loops run to symbolic extents (dynamic shapes): 256-bit vector loops. With
+// an unknown trip count g++ -O3 emits each simd loop three times (the 512-bit body, a 256-bit
+// vectorized epilogue, a scalar tail), and that machine code made g++ take 1.5x the CPU time of
+// the static graph's source on resnet18_eval (constant trip counts pick one width, no
+// epilogue). 256 bits is what gcc's own tuning prefers on Intel AVX-512 parts anyway; other
+// compilers and targets do not take the option.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define COIL_SYMBOLIC_EXTENTS __attribute__((target("prefer-vector-width=256")))
+#else
+#define COIL_SYMBOLIC_EXTENTS
+#endif
 
 namespace coil {
 // Thread helpers usable with or without OpenMP.

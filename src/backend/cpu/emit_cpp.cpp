@@ -66,7 +66,10 @@ class KernelEmitter {
 
   void emit() {
     header_comment();
-    line("COIL_KERNEL void " + k_.name + "(void* const* bufs, const int64_t* sizes) {");
+    // Static kernels print as they always have (no attribute).
+    const std::string attrs = has_symbolic_extent() ? "COIL_SYMBOLIC_EXTENTS " : "";
+    line("COIL_KERNEL " + attrs + "void " + k_.name +
+         "(void* const* bufs, const int64_t* sizes) {");
     ++indent_;
     prologue();
     const size_t k = k_.outer_ranges.size();
@@ -163,6 +166,18 @@ class KernelEmitter {
   }
 
   const loop::Buffer& buf(BufferId b) const { return p_.buffer(b); }
+
+  // Whether some loop of the kernel runs to a size that is not a constant: gcc then emits its
+  // simd loops with vectorized epilogues, which the prelude's COIL_SYMBOLIC_EXTENTS narrows.
+  bool has_symbolic_extent() const {
+    auto symbolic = [&](const std::vector<Expr>& r) {
+      return std::any_of(r.begin(), r.end(), [&](Expr e) { return !ctx_.as_const(e); });
+    };
+    if (symbolic(k_.outer_ranges)) return true;
+    return std::any_of(nodes_.begin(), nodes_.end(), [&](const ComputeNode* n) {
+      return symbolic(n->ranges) || symbolic(n->reduction_ranges);
+    });
+  }
 
   void prologue() {
     for (size_t i = 0; i < p_.size_symbols.size(); ++i) {

@@ -51,7 +51,7 @@ Compiled compile_text(const std::string& text,
 // The kernel functions of the emitted source (from the first COIL_KERNEL on): the prelude
 // include and file comments are not what these tests are about.
 std::string kernels_of(const std::string& source) {
-  size_t at = source.find("COIL_KERNEL void");
+  size_t at = source.find("COIL_KERNEL ");
   return at == std::string::npos ? source : source.substr(at);
 }
 
