@@ -41,6 +41,16 @@ def _sample_counts(r) -> dict:
     return collections.Counter(s["status"] for s in r.get("samples", []) if s)
 
 
+def _totals_table(totals: dict) -> list[str]:
+    """Rows of a per-mode totals table: a count per status, skips and the total."""
+    rows = ["| mode | " + " | ".join(STATUSES) + " | skip | total |",
+            "|---|" + "---|" * (len(STATUSES) + 2)]
+    for m, c in totals.items():
+        rows.append(f"| {m} | " + " | ".join(str(c[s]) for s in STATUSES) +
+                    f" | {c['skip']} | {sum(c.values())} |")
+    return rows
+
+
 def render_table(recs: dict, meta: dict) -> str:
     import torch
 
@@ -117,12 +127,7 @@ def render_table(recs: dict, meta: dict) -> str:
     lines.append("")
     lines.append("Per (entry, variant) — a variant's status is the worst of its samples':")
     lines.append("")
-    lines.append("| mode | " + " | ".join(STATUSES) + " | skip | total |")
-    lines.append("|---|" + "---|" * (len(STATUSES) + 2))
-    for m in totals:
-        c = totals[m]
-        lines.append(f"| {m} | " + " | ".join(str(c[s]) for s in STATUSES) +
-                     f" | {c['skip']} | {sum(c.values())} |")
+    lines += _totals_table(totals)
     not_run = sum(1 for n in names for v, ok in entries[n]["variants"].items()
                   if ok and (n, v, "fallback") not in recs)
     lines.append("")
@@ -141,12 +146,7 @@ def render_table(recs: dict, meta: dict) -> str:
                                  "no per-sample outcomes and are not counted here)"
                                  if no_detail else "") + ":")
     lines.append("")
-    lines.append("| mode | " + " | ".join(STATUSES) + " | skip | total |")
-    lines.append("|---|" + "---|" * (len(STATUSES) + 2))
-    for m in sample_totals:
-        c = sample_totals[m]
-        lines.append(f"| {m} | " + " | ".join(str(c[s]) for s in STATUSES) +
-                     f" | {c['skip']} | {sum(c.values())} |")
+    lines += _totals_table(sample_totals)
     lines.append("")
     lines.append("Per variant (fallback mode / strict mode pass counts of entries run):")
     lines.append("")
