@@ -20,6 +20,7 @@ import tempfile
 
 
 def cat_text(n: int, symbolic: bool) -> str:
+    """torch.cat of n [len_k, 8] pieces, times 2; symbolic lengths s0..s(n-1) or static ones."""
     lens = [f"s{k}" if symbolic else str(2 + k % 5) for k in range(n)]
     total = " + ".join(lens) if symbolic else str(sum(2 + k % 5 for k in range(n)))
     hdr = ", ".join(f"%{k}: f32[{t}, 8]" for k, t in enumerate(lens))
@@ -29,6 +30,8 @@ def cat_text(n: int, symbolic: bool) -> str:
 
 
 def reshape_chain_text(symbolic: bool) -> str:
+    """80 views [a, b, 16] -> [a*b, 16] -> [a, b*16] -> ... with an add between; the sizes as
+    the type shows them and as view's size argument takes them."""
     a, b, ab, b16 = ("a", "b", "a*b", "b*16") if symbolic else ("6", "5", "30", "80")
     arg = (lambda d: f"sym({d})") if symbolic else (lambda d: d)
     shapes = [[ab, "16"], [a, b16], [a, b, "16"]]

@@ -29,6 +29,8 @@ C = pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is no
 import coil  # noqa: E402
 import models as zoo  # noqa: E402  (bench/models.py, on sys.path via conftest)
 from accuracy import compare  # noqa: E402
+# The graph texts the compile-time bench measures (bench/dynamic_compile.py).
+from dynamic_compile import cat_text, reshape_chain_text  # noqa: E402
 
 # 20 (batch, seq) pairs: 1, 2, odd, prime, and sizes that are not multiples of the vector
 # width (8 floats for AVX2) or of anything else, in an order that starts at a size >= 2.
@@ -259,16 +261,6 @@ def test_memory_plan_reuses_only_provably_equal_sizes():
         assert v, v.detail
 
 
-def _cat_text(n: int, symbolic: bool) -> str:
-    """torch.cat of n [len_k, 8] pieces, times 2; symbolic lengths s0..s(n-1) or static ones."""
-    lens = [f"s{k}" if symbolic else str(2 + k % 5) for k in range(n)]
-    total = " + ".join(lens) if symbolic else str(sum(2 + k % 5 for k in range(n)))
-    hdr = ", ".join(f"%{k}: f32[{t}, 8]" for k, t in enumerate(lens))
-    args = ", ".join(f"%{k}" for k in range(n))
-    return (f"graph({hdr}):\n  %{n}: f32[{total}, 8] = aten.cat.default([{args}])\n"
-            f"  %{n + 1}: f32[{total}, 8] = aten.mul.Tensor(%{n}, 2.0)\n  return (%{n + 1})\n")
-
-
 def _compile_cold(text: str, tmp_path, tag: str):
     """Compiles with an empty kernel cache: (compiled graph, seconds of coil's own passes,
     seconds including the host compiler)."""
@@ -297,7 +289,7 @@ def test_cat_of_many_symbolic_pieces_compiles_like_static(tmp_path):
     src, stmts, kernels = {}, {}, {}
     for n in (16, 64):
         for symbolic in (False, True):
-            g, own, _ = _compile_cold(_cat_text(n, symbolic), tmp_path, f"{n}{symbolic}")
+            g, own, _ = _compile_cold(cat_text(n, symbolic), tmp_path, f"{n}{symbolic}")
             source = g.artifacts["source"]
             src[n, symbolic], stmts[n, symbolic] = len(source), _kernel_statements(source)
             kernels[n, symbolic] = g.artifacts["num_kernels"]
@@ -321,25 +313,9 @@ def test_deep_reshape_chain_compiles_like_static(tmp_path):
     """80 reshapes [a, b, 16] -> [a*b, 16] -> [a, b*16] -> [a, b, 16] with a pointwise op
     between: with symbolic a, b coil's own passes stay within 1.5x the static graph's (plus a
     few ms of noise) and the source within 1.5x; the results match at several sizes."""
-    def chain(symbolic: bool) -> str:
-        # Sizes as the type shows them and as view's size argument takes them.
-        a, b, ab, b16 = ("a", "b", "a*b", "b*16") if symbolic else ("6", "5", "30", "80")
-        arg = (lambda d: f"sym({d})") if symbolic else (lambda d: d)
-        shapes = [[ab, "16"], [a, b16], [a, b, "16"]]
-        lines, v = [], 0
-        for i in range(81):
-            dims = shapes[i % 3] if i < 80 else [a, b, "16"]
-            args = ", ".join(d if d == "16" else arg(d) for d in dims)
-            lines.append(f"  %{v + 1}: f32[{', '.join(dims)}] = aten.view.default(%{v}, [{args}])")
-            v += 1
-            if i < 80:
-                lines.append(f"  %{v + 1}: f32[{', '.join(dims)}] = aten.add.Tensor(%{v}, 1.0)")
-                v += 1
-        return f"graph(%0: f32[{a}, {b}, 16]):\n" + "\n".join(lines) + f"\n  return (%{v})\n"
-
     best = {}
     for symbolic in (False, True):
-        text = chain(symbolic)
+        text = reshape_chain_text(symbolic)
         times = []
         for rep in range(3):
             g, t_own, _ = _compile_cold(text, tmp_path, f"{symbolic}{rep}")

@@ -707,19 +707,24 @@ class KernelEmitter {
 };
 
 // The identifiers a kernel's text binds itself (so renaming them consistently does not change
-// what it computes): its name and entry points, the names of the program's buffers (pointer
-// parameters and their register copies) and the loop and index variables of its members.
+// what it computes): its name and entry points, the names of its buffers (pointer parameters,
+// locals and their register copies) and the loop and index variables of its members.
 // Size symbols, runtime helpers and functions are not among them.
 std::unordered_set<std::string> renamable_names(const loop::LoopProgram& p,
-                                                const sched::KernelPlan& k) {
+                                                const sched::KernelPlan& k,
+                                                const CudaKernel& info) {
   std::unordered_set<std::string> names;
   for (const char* suffix : {"", "_impl", "_s", "_v", "_w", "_b"}) names.insert(k.name + suffix);
-  for (const loop::Buffer& b : p.buffers) {
-    names.insert(b.name);
-    names.insert(b.name + "_v");
-  }
+  auto add_buffer = [&](BufferId b) {
+    names.insert(p.buffer(b).name);
+    names.insert(p.buffer(b).name + "_v");
+  };
+  // The kernel's text names only its parameters, its locals and its members' outputs.
+  for (BufferId b : info.buffers) add_buffer(b);
+  for (BufferId b : k.local_buffers) add_buffer(b);
   for (int st : k.steps) {
     const ComputeNode& n = std::get<ComputeNode>(p.steps.at(st));
+    add_buffer(n.out);
     for (Expr v : n.index_vars) names.insert(cpp_identifier(v->name));
     for (Expr v : n.reduction_vars) names.insert(cpp_identifier(v->name));
     for (const Instr& in : n.body.instrs)
@@ -785,8 +790,8 @@ CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& sc
     CudaKernel info = KernelEmitter(program, k, one).emit();
     std::string code = one.str();
     const int index = static_cast<int>(src.kernels.size());
-    auto [it, fresh] =
-        first_by_code.emplace(canonical_kernel_text(code, renamable_names(program, k)), index);
+    auto [it, fresh] = first_by_code.emplace(
+        canonical_kernel_text(code, renamable_names(program, k, info)), index);
     if (fresh) {
       os << code;
       src.distinct_of.push_back(static_cast<int>(src.distinct.size()));
