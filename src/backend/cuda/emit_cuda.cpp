@@ -211,6 +211,12 @@ class KernelEmitter {
   // in the order given).
   void decompose(const std::string& flat, const std::vector<std::string>& vars,
                  const std::vector<Expr>& ranges) {
+    std::vector<std::string> texts;
+    for (Expr r : ranges) texts.push_back("(" + idx_t_ + ")(" + idx(r) + ")");
+    decompose_text(flat, vars, texts);
+  }
+  void decompose_text(const std::string& flat, const std::vector<std::string>& vars,
+                      const std::vector<std::string>& ranges) {
     const std::string T = idx_t_;
     if (vars.empty()) return;
     if (vars.size() == 1) {
@@ -219,7 +225,7 @@ class KernelEmitter {
     }
     line(T + " rem_ = " + flat + ";");
     for (size_t j = vars.size(); j-- > 0;) {
-      std::string r = "(" + T + ")(" + idx(ranges[j]) + ")";
+      const std::string& r = ranges[j];
       if (j == 0) {
         line("const " + T + " " + vars[j] + " = rem_;");
       } else {
@@ -425,10 +431,148 @@ class KernelEmitter {
   }
 
   // ---------------------------------------------------------------- row kernels
+  // The last inner variable and its range of a member that loops inside the row (a reduction,
+  // or a pointwise member with inner dims); nullptr for a one-per-row member.
+  std::pair<Expr, Expr> row_inner_var(const ComputeNode& n) {
+    const size_t k = k_.outer_ranges.size();
+    if (n.is_reduction() && !n.reduction_vars.empty())
+      return {n.reduction_vars.back(), n.reduction_ranges.back()};
+    if (!n.is_reduction() && n.ranges.size() > k) return {n.index_vars.back(), n.ranges.back()};
+    return {nullptr, nullptr};
+  }
+
+  // Elements per step of a row kernel's vector entry points (_wv, _bv), or 0. As for pointwise
+  // kernels: in every member that loops inside the row, each access steps by 0 or 1 along the
+  // member's last inner variable, the stride-1 ones start at a multiple of the width (for every
+  // value of the other variables), and the last inner extent is a multiple of it.
+  int row_vector_width() {
+    if (info_.random) return 0;
+    std::vector<Expr> starts;
+    std::vector<Expr> extents;
+    int max_size = 0;
+    for (const ComputeNode* n : nodes_) {
+      auto [var, range] = row_inner_var(*n);
+      if (!var) continue;
+      extents.push_back(range);
+      for (const Instr& in : n->body.instrs) {
+        if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
+            in.kind == InstrKind::Randn)
+          return 0;
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        Expr flat = flat_index(in.buffer, in.index);
+        auto s = stride_along(flat, var);
+        if (!s || (*s != 0 && *s != 1)) return 0;
+        if (*s == 0) continue;
+        if (in.mask >= 0) return 0;
+        starts.push_back(ctx_.substitute(flat, {{var, ctx_.zero()}}));
+        max_size = std::max(max_size, dtype_size(buf(in.buffer).dtype));
+      }
+      if (!n->is_reduction() && !locals_.count(n->out)) {
+        Expr flat = flat_index(n->out, n->store_index);
+        if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
+        starts.push_back(ctx_.substitute(flat, {{var, ctx_.zero()}}));
+        max_size = std::max(max_size, dtype_size(buf(n->out).dtype));
+      }
+    }
+    if (starts.empty()) return 0;
+    const int vec = std::min(8, 16 / max_size);
+    if (vec < 2) return 0;
+    for (Expr e : extents) {
+      auto c = ctx_.as_const(e);
+      if (!c || *c % vec != 0) return 0;
+    }
+    std::unordered_map<Expr, Expr> zero;
+    std::vector<Expr> all_vars;
+    for (const ComputeNode* n : nodes_) {
+      for (Expr v : n->index_vars) all_vars.push_back(v);
+      for (Expr v : n->reduction_vars) all_vars.push_back(v);
+    }
+    for (Expr v : all_vars) zero[v] = ctx_.zero();
+    for (Expr start : starts) {
+      auto c0 = ctx_.as_const(ctx_.substitute(start, zero));
+      if (!c0 || *c0 % vec != 0) return 0;
+      for (Expr v : all_vars) {
+        if (!ctx_.depends_on(start, v)) continue;
+        auto s = stride_along(start, v);
+        if (!s || *s % vec != 0) return 0;
+      }
+    }
+    return vec;
+  }
+
+  // The loop of a member over its row, `e_` counting steps of V elements along the last inner
+  // variable (V = 1: the scalar entry points). `body(u)` emits one element's work with the
+  // last inner variable bound; the stride-1 loads of the step are one coil::Vec load each.
+  template <typename Body>
+  void emit_row_loop(size_t m, const std::vector<std::string>& vars,
+                     const std::vector<Expr>& ranges, Body body) {
+    const std::string T = idx_t_;
+    const ComputeNode& n = *nodes_[m];
+    if (!row_vec_) {
+      open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(ranges)) +
+           "); e_ += g_) {");
+      decompose("e_", vars, ranges);
+      body();
+      close();
+      return;
+    }
+    auto [var, range] = row_inner_var(n);
+    // The last extent is a constant multiple of the kernel's vector width (row_vector_width).
+    std::vector<std::string> qranges;
+    for (Expr r : ranges) qranges.push_back("(" + T + ")(" + idx(r) + ")");
+    qranges.back() = "(" + T + ")((" + idx(ranges.back()) + ") / V)";
+    std::vector<std::string> qvars = vars;
+    const std::string last = vars.back();
+    qvars.back() = last + "_q";
+    open("for (" + T + " e_ = lane_; e_ < (" + T + ")((" + idx(product(ranges)) +
+         ") / V); e_ += g_) {");
+    decompose_text("e_", qvars, qranges);
+    line("const " + T + " " + last + "_0 = " + last + "_q * V;");
+    sym_names_[var] = last + "_0";
+    vec_loads_.clear();
+    member_ = m;
+    int nv = 0;
+    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+      const Instr& in = n.body.instrs[i];
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
+      std::string name = "L" + std::to_string(nv++);
+      const std::string E = ctype(buf(in.buffer).dtype);
+      line("const coil::Vec<" + E + ", V> " + name + " = *(const coil::Vec<" + E + ", V>*)(" +
+           buf(in.buffer).name + " + " + idx(flat) + ");");
+      vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+    }
+    const bool stores = !n.is_reduction() && !locals_.count(n.out);
+    const std::string SE = ctype(buf(n.out).dtype);
+    if (stores) line("coil::Vec<" + SE + ", V> S_;");
+    line("#pragma unroll");
+    open("for (int u_ = 0; u_ < V; ++u_) {");
+    line("const " + T + " " + last + " = " + last + "_0 + u_;");
+    sym_names_.erase(var);
+    vec_mode_ = true;
+    row_store_ = stores ? "S_.v[u_]" : "";
+    body();
+    row_store_.clear();
+    vec_mode_ = false;
+    close();
+    if (stores) {
+      sym_names_[var] = last + "_0";
+      line("*(coil::Vec<" + SE + ", V>*)(" + buf(n.out).name + " + " +
+           idx(flat_index(n.out, n.store_index)) + ") = S_;");
+      sym_names_.erase(var);
+    }
+    close();
+  }
+
   void emit_rows() {
     const size_t k = k_.outer_ranges.size();
     const std::string T = idx_t_;
-    line("template <int G>");
+    const int vec = row_vector_width();
+    row_vec_ = vec > 0;
+    V_n_ = vec;
+    info_.vec = vec;
+    line(row_vec_ ? "template <int G, int V>" : "template <int G>");
     line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
     ++indent_;
     line("const int g_ = G ? G : blockDim.x;");
@@ -480,12 +624,14 @@ class KernelEmitter {
           ivars.push_back(cpp_identifier(n.index_vars[j]->name));
           iranges.push_back(n.ranges[j]);
         }
-        open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(iranges)) +
-             "); e_ += g_) {");
-        decompose("e_", ivars, iranges);
-        std::string v = emit_body(n);
-        emit_store(n, v);
-        close();
+        emit_row_loop(m, ivars, iranges, [&] {
+          std::string v = emit_body(n);
+          if (!row_store_.empty()) {
+            line(row_store_ + " = " + store_value(buf(n.out).dtype, v) + ";");
+          } else {
+            emit_store(n, v);
+          }
+        });
       }
       close();
     }
@@ -493,15 +639,21 @@ class KernelEmitter {
     // registers, but reductions share slots; group_reduce syncs after itself).
     close();
     close();
-    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_w(" + param_list() +
-         ") {");
-    line("  " + k_.name + "_impl<32>(" + arg_list() + ");");
-    line("}");
-    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_b(" + param_list() +
-         ") {");
-    line("  " + k_.name + "_impl<0>(" + arg_list() + ");");
-    line("}");
+    auto entry = [&](const std::string& suffix, const std::string& args) {
+      line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + suffix + "(" +
+           param_list() + ") {");
+      line("  " + k_.name + "_impl<" + args + ">(" + arg_list() + ");");
+      line("}");
+    };
+    const std::string V = std::to_string(vec);
+    entry("_w", row_vec_ ? "32, 1" : "32");
+    entry("_b", row_vec_ ? "0, 1" : "0");
+    if (row_vec_) {
+      entry("_wv", "32, " + V);
+      entry("_bv", "0, " + V);
+    }
     line("");
+    row_vec_ = false;
   }
 
   BufferId root(BufferId b) {
@@ -540,29 +692,26 @@ class KernelEmitter {
   }
 
   void emit_row_reduction(const ComputeNode& n) {
-    const std::string T = idx_t_;
     const DType out_t = buf(n.out).dtype;
     const Instr& res = n.body.instrs.at(n.body.result);
     const bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
     std::vector<std::string> rvars;
     for (Expr v : n.reduction_vars) rvars.push_back(cpp_identifier(v->name));
-    const std::string count = "(" + T + ")(" + idx(product(n.reduction_ranges)) + ")";
     if (arg) {
       const bool mx = n.reduce == ReduceKind::ArgMax;
       const std::string V = compute_ctype(res.dtype);
       line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
       line("int64_t best_index = -1;");
-      open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
-      decompose("e_", rvars, n.reduction_ranges);
-      std::string v = emit_body(n);
-      line("const " + V + " val = " + v + ";");
-      Expr pos = ctx_.zero();
-      for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
-        pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
-      line("const int64_t pos = " + idx(pos) + ";");
-      line(std::string("if (best_index < 0 || coil::arg_better<") + (mx ? "true" : "false") +
-           ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
-      close();
+      emit_row_loop(member_of(n), rvars, n.reduction_ranges, [&] {
+        std::string v = emit_body(n);
+        line("const " + V + " val = " + v + ";");
+        Expr pos = ctx_.zero();
+        for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+          pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+        line("const int64_t pos = " + idx(pos) + ";");
+        line(std::string("if (best_index < 0 || coil::arg_better<") + (mx ? "true" : "false") +
+             ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
+      });
       // Threads that saw nothing hold index -1: make them lose every comparison.
       line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
            ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
@@ -575,14 +724,19 @@ class KernelEmitter {
     const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
     const ReduceOps ops = reduce_ops(n.reduce, acc_t);
     line(A + " acc = " + ops.init + ";");
-    open("for (" + T + " e_ = lane_; e_ < " + count + "; e_ += g_) {");
-    decompose("e_", rvars, n.reduction_ranges);
-    std::string v = emit_body(n);
-    std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
-    line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
-    close();
+    emit_row_loop(member_of(n), rvars, n.reduction_ranges, [&] {
+      std::string v = emit_body(n);
+      std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
+      line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
+    });
     line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
     finish_reduction(n, "acc");
+  }
+
+  size_t member_of(const ComputeNode& n) {
+    for (size_t m = 0; m < nodes_.size(); ++m)
+      if (nodes_[m] == &n) return m;
+    COIL_INTERNAL_ERROR() << "not a member of " << k_.name;
   }
 
   void finish_reduction(const ComputeNode& n, const std::string& v) {
@@ -701,6 +855,9 @@ class KernelEmitter {
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
   size_t member_ = 0;
+  bool row_vec_ = false;   // emitting a row kernel templated on its step width V
+  int V_n_ = 0;            // that kernel's vector width
+  std::string row_store_;  // in a vector row loop: where a row member's element goes
   std::string idx_t_ = "int64_t";
   CudaKernel info_;
   int indent_ = 0;
@@ -714,7 +871,8 @@ std::unordered_set<std::string> renamable_names(const loop::LoopProgram& p,
                                                 const sched::KernelPlan& k,
                                                 const CudaKernel& info) {
   std::unordered_set<std::string> names;
-  for (const char* suffix : {"", "_impl", "_s", "_v", "_w", "_b"}) names.insert(k.name + suffix);
+  for (const char* suffix : {"", "_impl", "_s", "_v", "_w", "_b", "_wv", "_bv"})
+    names.insert(k.name + suffix);
   auto add_buffer = [&](BufferId b) {
     names.insert(p.buffer(b).name);
     names.insert(p.buffer(b).name + "_v");

@@ -17,7 +17,9 @@ std::string entry_name(const CudaKernel& k, int entry) {
     if (entry == 1 && k.vec == 0) return "";
     return base + (entry == 0 ? "_s" : "_v");
   }
-  return base + (entry == 0 ? "_w" : "_b");
+  if (entry >= 2 && k.vec == 0) return "";
+  static const char* const rows[] = {"_w", "_b", "_wv", "_bv"};
+  return base + rows[entry];
 }
 
 LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, bool aligned,
@@ -34,13 +36,15 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
     c.grid = clamp_grid(ceil_div(threads, c.block), sms * 32);
     return c;
   }
+  // The vector entry points (_wv, _bv) are entries 2 and 3.
+  const int vec = k.vec > 0 && aligned ? 2 : 0;
   if (row_size <= kWarpRowLimit) {
-    c.entry = 0;
+    c.entry = vec;
     c.block = 256;
     c.grid = clamp_grid(ceil_div(work, c.block / 32), sms * 64);
     return c;
   }
-  c.entry = 1;
+  c.entry = 1 + vec;
   int64_t t = 256;
   while (t < 1024 && t * 8 < row_size) t *= 2;
   c.block = static_cast<unsigned>(t);
@@ -66,12 +70,13 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
     }
     return out;
   }
+  const int vec = k.vec > 0 && aligned ? 2 : 0;
   if (row_size <= 4 * kWarpRowLimit) {
     for (int64_t b : {128, 256, 512})
-      add({0, clamp_grid(ceil_div(work, b / 32), sms * 64), static_cast<unsigned>(b)});
+      add({vec, clamp_grid(ceil_div(work, b / 32), sms * 64), static_cast<unsigned>(b)});
   }
   for (int64_t t : {128, 256, 512, 1024})
-    add({1, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
+    add({1 + vec, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
   return out;
 }
 

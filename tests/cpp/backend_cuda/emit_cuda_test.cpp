@@ -58,6 +58,11 @@ TEST(EmitCuda, SoftmaxIsOneRowKernel) {
   const std::string code = backend::cuda::strip_prelude(src.code);
   EXPECT_NE(code.find("kernel0_w("), std::string::npos);
   EXPECT_NE(code.find("kernel0_b("), std::string::npos);
+  // Contiguous rows of 16 floats: the vector entry points step 4 elements (128 bits).
+  EXPECT_EQ(src.kernels[0].vec, 4);
+  EXPECT_NE(code.find("kernel0_wv("), std::string::npos);
+  EXPECT_NE(code.find("kernel0_bv("), std::string::npos);
+  EXPECT_EQ(backend::cuda::entry_name(src.kernels[0], 3), "kernel0_bv");
   EXPECT_NE(code.find("group_reduce<G, coil::MaxOp>"), std::string::npos);
   EXPECT_NE(code.find("group_reduce<G, coil::SumOp>"), std::string::npos);
   // Golden text (regenerate with COIL_UPDATE_GOLDEN=1).
@@ -79,6 +84,9 @@ TEST(EmitCuda, SymbolicSoftmaxUses64BitIndexAndCompiles) {
   EXPECT_NE(code.find("int64_t s0"), std::string::npos);
   EXPECT_NE(code.find("coil::to_f32("), std::string::npos);
   EXPECT_NE(code.find("coil::to_bf16("), std::string::npos);
+  // Extents unknown at compile time: no vector entry points.
+  EXPECT_EQ(src.kernels[0].vec, 0);
+  EXPECT_EQ(backend::cuda::entry_name(src.kernels[0], 2), "");
   expect_compiles(src);
 }
 
@@ -103,7 +111,11 @@ TEST(EmitCuda, LayerNormAndTransposesCompile) {
   CudaSource ln = emit(b1.p);
   ASSERT_EQ(ln.kernels.size(), 1u);
   EXPECT_EQ(ln.kernels[0].kind, KernelKind::Rows);
+  EXPECT_EQ(ln.kernels[0].vec, 4);  // 1000 = 250 steps of 4 floats
   expect_compiles(ln);
+  ProgramBuilder b3;
+  build_layer_norm(b3, b3.c(32), b3.c(999));
+  EXPECT_EQ(emit(b3.p).kernels[0].vec, 0);  // rows not a multiple of 4: scalar only
   ProgramBuilder b2;
   build_transposes(b2, b2.c(33), b2.c(65));
   CudaSource tr = emit(b2.p);
@@ -131,6 +143,11 @@ TEST(EmitCuda, LoweredGraphsCompile) {
       "graph(%0: f32[33, 70]@cuda):\n"
       "  %1: f32[33]@cuda = aten.sum.dim_IntList(%0, [-1])\n"
       "  return (%1)\n",
+      // Vector row entry points with bf16 loads and an argmax.
+      "graph(%0: bf16[16, 64]@cuda):\n"
+      "  %1: i64[16]@cuda = aten.argmax.default(%0, -1)\n"
+      "  %2: bf16[16, 64]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  return (%1, %2)\n",
   };
   for (const char* text : graphs) {
     CudaSource src;
@@ -185,6 +202,12 @@ TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   pw.vec = 4;
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, true, dev).entry, 1);
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, false, dev).entry, 0);
+  // Rows kernels with vector entry points use them (_wv = 2, _bv = 3) on aligned pointers.
+  backend::cuda::CudaKernel vrows = rows;
+  vrows.vec = 4;
+  EXPECT_EQ(backend::cuda::choose_launch(vrows, 4096, 512, true, dev).entry, 2);
+  EXPECT_EQ(backend::cuda::choose_launch(vrows, 64, 32768, true, dev).entry, 3);
+  EXPECT_EQ(backend::cuda::choose_launch(vrows, 64, 32768, false, dev).entry, 1);
   // The measured set starts with the heuristic's choice and tries every block size.
   auto cands = backend::cuda::launch_candidates(rows, 4096, 2048, true, dev);
   ASSERT_GE(cands.size(), 5u);

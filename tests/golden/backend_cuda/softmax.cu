@@ -3,7 +3,7 @@
 //   step0 buf1 = reduce max [8] over [16] (local)
 //   step1 buf2 = reduce sum [8] over [16] (local)
 //   step2 buf3 = pointwise [8, 16]
-template <int G>
+template <int G, int V>
 __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, float* __restrict__ buf3) {
   const int g_ = G ? G : blockDim.x;
   const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;
@@ -16,10 +16,16 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     // buf1
     {
       float acc = coil::numeric<float>::lowest();
-      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-        const int r1 = e_;
-        const float v0 = in0[16*x0 + r1];
-        acc = coil::MaxOp::apply(acc, float(v0));
+      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+        const int r1_q = e_;
+        const int r1_0 = r1_q * V;
+        const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + r1_0);
+        #pragma unroll
+        for (int u_ = 0; u_ < V; ++u_) {
+          const int r1 = r1_0 + u_;
+          const float v0 = L0.v[u_];
+          acc = coil::MaxOp::apply(acc, float(v0));
+        }
       }
       acc = coil::group_reduce<G, coil::MaxOp>(acc);
       buf1_v = acc;
@@ -27,36 +33,56 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     // buf2
     {
       float acc = float(0);
-      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-        const int r3 = e_;
-        const float v0 = in0[16*x0 + r3];
-        const float v1 = buf1_v;
-        const float v2 = float(v0 - v1);
-        const float v3 = coil::m::exp(float(v2));
-        acc = coil::SumOp::apply(acc, float(v3));
+      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+        const int r3_q = e_;
+        const int r3_0 = r3_q * V;
+        const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
+        #pragma unroll
+        for (int u_ = 0; u_ < V; ++u_) {
+          const int r3 = r3_0 + u_;
+          const float v0 = L0.v[u_];
+          const float v1 = buf1_v;
+          const float v2 = float(v0 - v1);
+          const float v3 = coil::m::exp(float(v2));
+          acc = coil::SumOp::apply(acc, float(v3));
+        }
       }
       acc = coil::group_reduce<G, coil::SumOp>(acc);
       buf2_v = acc;
     }
     // buf3
     {
-      for (int e_ = lane_; e_ < (int)(16); e_ += g_) {
-        const int i5 = e_;
-        const float v0 = in0[16*x0 + i5];
-        const float v1 = buf1_v;
-        const float v2 = buf2_v;
-        const float v3 = float(v0 - v1);
-        const float v4 = coil::m::exp(float(v3));
-        const float v5 = float(v4 / v2);
-        buf3[16*x0 + i5] = float(v5);
+      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+        const int i5_q = e_;
+        const int i5_0 = i5_q * V;
+        const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + i5_0);
+        coil::Vec<float, V> S_;
+        #pragma unroll
+        for (int u_ = 0; u_ < V; ++u_) {
+          const int i5 = i5_0 + u_;
+          const float v0 = L0.v[u_];
+          const float v1 = buf1_v;
+          const float v2 = buf2_v;
+          const float v3 = float(v0 - v1);
+          const float v4 = coil::m::exp(float(v3));
+          const float v5 = float(v4 / v2);
+          S_.v[u_] = float(v5);
+        }
+        *(coil::Vec<float, V>*)(buf3 + 16*x0 + i5_0) = S_;
       }
     }
   }
 }
 extern "C" __global__ void __launch_bounds__(1024) kernel0_w(const float* __restrict__ in0, float* __restrict__ buf3) {
-  kernel0_impl<32>(in0, buf3);
+  kernel0_impl<32, 1>(in0, buf3);
 }
 extern "C" __global__ void __launch_bounds__(1024) kernel0_b(const float* __restrict__ in0, float* __restrict__ buf3) {
-  kernel0_impl<0>(in0, buf3);
+  kernel0_impl<0, 1>(in0, buf3);
+}
+extern "C" __global__ void __launch_bounds__(1024) kernel0_wv(const float* __restrict__ in0, float* __restrict__ buf3) {
+  kernel0_impl<32, 4>(in0, buf3);
+}
+extern "C" __global__ void __launch_bounds__(1024) kernel0_bv(const float* __restrict__ in0, float* __restrict__ buf3) {
+  kernel0_impl<0, 4>(in0, buf3);
 }
 

@@ -30,7 +30,7 @@ namespace coil::backend::cuda {
 enum class KernelKind { Pointwise, Rows };
 
 struct CudaKernel {
-  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b
+  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b/_wv/_bv
   // Where the entry points are: empty for this kernel's own, else the name of an earlier kernel
   // of the same source whose code is the same up to names (emit_cuda compiles it once).
   std::string entry;
@@ -41,7 +41,8 @@ struct CudaKernel {
   sym::Expr work = nullptr;
   // Rows: the longest inner loop of a member (elements per row); Pointwise: 1.
   sym::Expr row_size = nullptr;
-  // Pointwise: elements per thread of the _v entry point (0: no _v entry point).
+  // Elements per thread of the vector entry points (0: none): Pointwise _v; Rows _wv and _bv,
+  // one coil::Vec step per thread and iteration of a member's row loop.
   int vec = 0;
 };
 

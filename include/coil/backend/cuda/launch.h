@@ -5,7 +5,9 @@
 //              loops, so more blocks only add scheduling cost).
 //   Rows:      a warp per row (_w, 8 rows per 256-thread block) while rows are at most
 //              kWarpRowLimit elements; longer rows get a whole block (_b) of 256 to 1024
-//              threads, about 8 elements per thread, each block looping over rows.
+//              threads, about 8 elements per thread, each block looping over rows. The
+//              vector entry points (_wv, _bv: a coil::Vec step per thread) when they exist
+//              and every pointer is 16-byte aligned.
 // The thresholds are measured choices (docs/decisions.md).
 #pragma once
 
@@ -21,7 +23,7 @@ namespace coil::backend::cuda {
 constexpr int64_t kWarpRowLimit = 1024;
 
 struct LaunchConfig {
-  int entry = 0;  // 0: _s / _w, 1: _v / _b
+  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _wv, 3: _bv
   unsigned grid = 1, block = 32;
 };
 
@@ -38,7 +40,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
 // their time is launch latency, which no configuration changes.
 constexpr int64_t kTuneMinElements = int64_t{1} << 20;
 
-// The entry-point names of a kernel: {_s, _v} or {_w, _b}; "" where absent.
+// The entry-point names of a kernel: {_s, _v} or {_w, _b, _wv, _bv}; "" where absent.
 std::string entry_name(const CudaKernel& k, int entry);
 
 }  // namespace coil::backend::cuda
