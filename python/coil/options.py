@@ -40,6 +40,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_allow_tf32": bool,
     "cuda_autotune": bool,
     "cuda_compile_jobs": int,
+    "cuda_online_softmax": bool,
     "symbol_ranges": str,
 }
 

@@ -22,10 +22,10 @@ TOL = {
 }
 
 
-def _run(fn, *inputs):
+def _run(fn, *inputs, options=None):
     torch._dynamo.reset()
     coil.reset_report()
-    compiled = torch.compile(fn, backend="coil", options={"strict": True})
+    compiled = torch.compile(fn, backend="coil", options={"strict": True, **(options or {})})
     got = compiled(*inputs)
     rep = coil.report()
     assert rep.graphs_compiled >= 1 and not rep.graphs_fallen_back, str(rep)
@@ -98,6 +98,32 @@ def test_softmax_one_kernel(dtype, cols):
     x = _randn(128, cols, dtype=dtype)
     got, want = _run(lambda a: torch.softmax(a, -1), x)
     torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("online", [False, True])
+@pytest.mark.parametrize("cols", [1001, 4096])
+def test_softmax_special_values(cols, online):
+    # Three passes, or the max and the sum of exp(x - max) in one (option cuda_online_softmax,
+    # emit_cuda: emit_online_max_sum): large values (exp overflows without the max), -inf
+    # (causal masks), rows of only -inf (NaN, as eager), +inf and NaN entries; 1001 columns
+    # take the scalar entry points, 4096 the vector ones.
+    x = _randn(64, cols) * 100
+    x[1, ::3] = float("-inf")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("inf")
+    x[4, 7] = float("nan")
+    x[5, :] = -1e30
+    for fn in (lambda a: torch.softmax(a, -1), lambda a: torch.log_softmax(a, -1)):
+        got, want = _run(fn, x, options={"cuda_online_softmax": online})
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_softmax_unaligned_rows_take_scalar_entries():
+    x = _randn(64 * 1024 + 1)
+    got, want = _run(lambda a: torch.softmax(a[1:].view(64, 1024), -1), x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu

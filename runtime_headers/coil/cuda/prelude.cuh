@@ -83,6 +83,26 @@ struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
+// A store marked evict-first in the caches (st.global.cs): a row kernel's output is not read
+// again soon, and it should not push out of L2 the input rows that later passes re-read.
+template <class T, int N>
+COIL_INLINE void store_streaming(Vec<T, N>* p, const Vec<T, N>& x) {
+  if constexpr (sizeof(x) == 16) {
+    const unsigned* w = reinterpret_cast<const unsigned*>(&x);
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else if constexpr (sizeof(x) == 8) {
+    const unsigned* w = reinterpret_cast<const unsigned*>(&x);
+    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+  } else if constexpr (sizeof(x) == 4) {
+    asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(p), "r"(*reinterpret_cast<const unsigned*>(&x))
+                 : "memory");
+  } else {
+    *p = x;
+  }
+}
+
 namespace m {
 namespace detail {
 COIL_INLINE float fabs_(float x) { return fabsf(x); }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -29,14 +30,17 @@ using loop::ReduceKind;
 using sym::Expr;
 
 constexpr const char* kMarker = "// ---- coil kernels ----\n";
+// Row kernels store rows of at least this many bytes with evict-first stores (emit_row_loop).
+constexpr int64_t kStreamingRowBytes = 32 * 1024;
 
 std::string ctype(DType t) { return t == DType::Bool ? "uint8_t" : std::string(dtype_ctype(t)); }
 bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 class KernelEmitter {
  public:
-  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k, std::ostringstream& os)
-      : p_(p), ctx_(*p.ctx), k_(k), os_(os) {
+  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k, const CompileOptions& o,
+                std::ostringstream& os)
+      : p_(p), ctx_(*p.ctx), k_(k), options_(o), os_(os) {
     locals_.insert(k.local_buffers.begin(), k.local_buffers.end());
     for (int st : k.steps) nodes_.push_back(&std::get<ComputeNode>(p.steps.at(st)));
   }
@@ -500,23 +504,45 @@ class KernelEmitter {
     return vec;
   }
 
-  // The loop of a member over its row, `e_` counting steps of V elements along the last inner
-  // variable (V = 1: the scalar entry points). `body(u)` emits one element's work with the
-  // last inner variable bound; the stride-1 loads of the step are one coil::Vec load each.
-  template <typename Body>
-  void emit_row_loop(size_t m, const std::vector<std::string>& vars,
-                     const std::vector<Expr>& ranges, Body body) {
-    const std::string T = idx_t_;
+  // The inner variables of a member that loops inside the row, in loop order.
+  std::vector<Expr> row_inner_vars(const ComputeNode& n) {
+    if (n.is_reduction()) return n.reduction_vars;
+    return std::vector<Expr>(n.index_vars.begin() + k_.outer_ranges.size(), n.index_vars.end());
+  }
+  // Names member m's variables: outer ones x<j>, inner ones `vars` (the loop's names, which
+  // may be another member's when two members share one loop).
+  void bind_member_names(size_t m, const std::vector<std::string>& vars) {
     const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    std::vector<Expr> inner = row_inner_vars(n);
+    for (size_t j = 0; j < inner.size() && j < vars.size(); ++j) sym_names_[inner[j]] = vars[j];
+    member_ = m;
+  }
+
+  // A piece of a row loop's step: emitted once per element (per_element) or once per step
+  // of V elements (between the per-element pieces).
+  struct RowPart {
+    bool per_element;
+    std::function<void()> emit;
+  };
+
+  // The loop of members over their row (one member, or several over the same inner ranges),
+  // `e_` counting steps of V elements along the last inner variable (V = 1: the scalar entry
+  // points). Each per-element part emits one element's work (in its own loop over the V
+  // elements of the step), binding each member's names with bind_member_names(m, vars); in
+  // the vector entry points the stride-1 loads of a step are one coil::Vec load each, and a
+  // storing member's elements go to row_store_.
+  void emit_row_loop(const std::vector<size_t>& members, const std::vector<std::string>& vars,
+                     const std::vector<Expr>& ranges, const std::vector<RowPart>& parts) {
+    const std::string T = idx_t_;
     if (!row_vec_) {
       open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(ranges)) +
            "); e_ += g_) {");
       decompose("e_", vars, ranges);
-      body();
+      for (const RowPart& part : parts) part.emit();
       close();
       return;
     }
-    auto [var, range] = row_inner_var(n);
     // The last extent is a constant multiple of the kernel's vector width (row_vector_width).
     std::vector<std::string> qranges;
     for (Expr r : ranges) qranges.push_back("(" + T + ")(" + idx(r) + ")");
@@ -528,39 +554,61 @@ class KernelEmitter {
          ") / V); e_ += g_) {");
     decompose_text("e_", qvars, qranges);
     line("const " + T + " " + last + "_0 = " + last + "_q * V;");
-    sym_names_[var] = last + "_0";
+    std::vector<std::string> first_vars = vars;
+    first_vars.back() = last + "_0";
     vec_loads_.clear();
-    member_ = m;
     int nv = 0;
-    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
-      const Instr& in = n.body.instrs[i];
-      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      Expr flat = flat_index(in.buffer, in.index);
-      if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
-      std::string name = "L" + std::to_string(nv++);
-      const std::string E = ctype(buf(in.buffer).dtype);
-      line("const coil::Vec<" + E + ", V> " + name + " = *(const coil::Vec<" + E + ", V>*)(" +
-           buf(in.buffer).name + " + " + idx(flat) + ");");
-      vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+    size_t storing = nodes_.size();
+    for (size_t m : members) {
+      const ComputeNode& n = *nodes_[m];
+      bind_member_names(m, first_vars);
+      Expr var = row_inner_var(n).first;
+      for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+        const Instr& in = n.body.instrs[i];
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        Expr flat = flat_index(in.buffer, in.index);
+        if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
+        std::string name = "L" + std::to_string(nv++);
+        const std::string E = ctype(buf(in.buffer).dtype);
+        line("const coil::Vec<" + E + ", V> " + name + " = *(const coil::Vec<" + E + ", V>*)(" +
+             buf(in.buffer).name + " + " + idx(flat) + ");");
+        vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+      }
+      if (!n.is_reduction() && !locals_.count(n.out)) storing = m;
     }
-    const bool stores = !n.is_reduction() && !locals_.count(n.out);
-    const std::string SE = ctype(buf(n.out).dtype);
+    const bool stores = storing < nodes_.size();
+    const std::string SE = stores ? ctype(buf(nodes_[storing]->out).dtype) : "";
     if (stores) line("coil::Vec<" + SE + ", V> S_;");
-    line("#pragma unroll");
-    open("for (int u_ = 0; u_ < V; ++u_) {");
-    line("const " + T + " " + last + " = " + last + "_0 + u_;");
-    sym_names_.erase(var);
-    vec_mode_ = true;
-    row_store_ = stores ? "S_.v[u_]" : "";
-    body();
-    row_store_.clear();
-    vec_mode_ = false;
-    close();
+    for (const RowPart& part : parts) {
+      if (!part.per_element) {
+        part.emit();
+        continue;
+      }
+      line("#pragma unroll");
+      open("for (int u_ = 0; u_ < V; ++u_) {");
+      line("const " + T + " " + last + " = " + last + "_0 + u_;");
+      vec_mode_ = true;
+      row_store_ = stores ? "S_.v[u_]" : "";
+      part.emit();
+      row_store_.clear();
+      vec_mode_ = false;
+      close();
+    }
     if (stores) {
-      sym_names_[var] = last + "_0";
-      line("*(coil::Vec<" + SE + ", V>*)(" + buf(n.out).name + " + " +
-           idx(flat_index(n.out, n.store_index)) + ") = S_;");
-      sym_names_.erase(var);
+      const ComputeNode& n = *nodes_[storing];
+      bind_member_names(storing, first_vars);
+      // Streaming (evict-first) stores where the row is long enough that the output would
+      // push the rows later passes re-read out of L2: measured on the H100, softmax over 8192
+      // floats (32 KiB rows) 0.220 -> 0.206 ms with them, LayerNorm over 4096 (16 KiB)
+      // 0.187 -> 0.198 ms, so only rows of 32 KiB and more get them (docs/cuda-backend.md).
+      const std::string dst = "(coil::Vec<" + SE + ", V>*)(" + buf(n.out).name + " + " +
+                              idx(flat_index(n.out, n.store_index)) + ")";
+      auto elems = ctx_.as_const(product(ranges));
+      if (elems && *elems * dtype_size(buf(n.out).dtype) >= kStreamingRowBytes) {
+        line("coil::store_streaming(" + dst + ", S_);");
+      } else {
+        line("*" + dst + " = S_;");
+      }
     }
     close();
   }
@@ -596,12 +644,28 @@ class KernelEmitter {
     std::set<BufferId> written_so_far;
     for (size_t m = 0; m < nodes_.size(); ++m) {
       const ComputeNode& n = *nodes_[m];
+      const InstrId online = online_max_load(m);
       // A member reading what an earlier member stored (other threads of the group wrote it).
       bool needs_sync = false;
-      for (const Instr& in : n.body.instrs)
-        if (in.kind == InstrKind::Load && written_so_far.count(root(in.buffer))) needs_sync = true;
+      for (size_t mm = m; mm <= m + (online >= 0 ? 1 : 0); ++mm) {
+        const auto& instrs = nodes_[mm]->body.instrs;
+        for (size_t i = 0; i < instrs.size(); ++i)
+          if (instrs[i].kind == InstrKind::Load && written_so_far.count(root(instrs[i].buffer)) &&
+              !(mm == m + 1 && static_cast<InstrId>(i) == online))
+            needs_sync = true;
+      }
       if (needs_sync) line("coil::group_sync<G>();");
       if (!locals_.count(n.out)) written_so_far.insert(root(n.out));
+      if (online >= 0) {
+        if (!locals_.count(nodes_[m + 1]->out)) written_so_far.insert(root(nodes_[m + 1]->out));
+        line("// " + buf(n.out).name + ", " + buf(nodes_[m + 1]->out).name +
+             ": the max and the sum of exp(. - max) in one pass");
+        open("{");
+        emit_online_max_sum(m, online);
+        close();
+        ++m;
+        continue;
+      }
       set_node_names(n);
       line("// " + buf(n.out).name);
       open("{");
@@ -624,14 +688,16 @@ class KernelEmitter {
           ivars.push_back(cpp_identifier(n.index_vars[j]->name));
           iranges.push_back(n.ranges[j]);
         }
-        emit_row_loop(m, ivars, iranges, [&] {
-          std::string v = emit_body(n);
-          if (!row_store_.empty()) {
-            line(row_store_ + " = " + store_value(buf(n.out).dtype, v) + ";");
-          } else {
-            emit_store(n, v);
-          }
-        });
+        emit_row_loop({m}, ivars, iranges,
+                      {{true, [&] {
+                          bind_member_names(m, ivars);
+                          std::string v = emit_body(n);
+                          if (!row_store_.empty()) {
+                            line(row_store_ + " = " + store_value(buf(n.out).dtype, v) + ";");
+                          } else {
+                            emit_store(n, v);
+                          }
+                        }}});
       }
       close();
     }
@@ -702,16 +768,20 @@ class KernelEmitter {
       const std::string V = compute_ctype(res.dtype);
       line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
       line("int64_t best_index = -1;");
-      emit_row_loop(member_of(n), rvars, n.reduction_ranges, [&] {
-        std::string v = emit_body(n);
-        line("const " + V + " val = " + v + ";");
-        Expr pos = ctx_.zero();
-        for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
-          pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
-        line("const int64_t pos = " + idx(pos) + ";");
-        line(std::string("if (best_index < 0 || coil::arg_better<") + (mx ? "true" : "false") +
-             ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
-      });
+      const size_t m = member_of(n);
+      emit_row_loop({m}, rvars, n.reduction_ranges,
+                    {{true, [&] {
+                        bind_member_names(m, rvars);
+                        std::string v = emit_body(n);
+                        line("const " + V + " val = " + v + ";");
+                        Expr pos = ctx_.zero();
+                        for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+                          pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+                        line("const int64_t pos = " + idx(pos) + ";");
+                        line(std::string("if (best_index < 0 || coil::arg_better<") +
+                             (mx ? "true" : "false") +
+                             ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
+                      }}});
       // Threads that saw nothing hold index -1: make them lose every comparison.
       line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
            ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
@@ -724,13 +794,89 @@ class KernelEmitter {
     const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
     const ReduceOps ops = reduce_ops(n.reduce, acc_t);
     line(A + " acc = " + ops.init + ";");
-    emit_row_loop(member_of(n), rvars, n.reduction_ranges, [&] {
-      std::string v = emit_body(n);
-      std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
-      line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
-    });
+    const size_t m = member_of(n);
+    emit_row_loop({m}, rvars, n.reduction_ranges,
+                  {{true, [&] {
+                      bind_member_names(m, rvars);
+                      std::string v = emit_body(n);
+                      std::string val =
+                          acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
+                      line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
+                    }}});
     line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
     finish_reduction(n, "acc");
+  }
+
+  // Softmax's max and its sum of exp(h - max) in one pass over the row (the "online"
+  // softmax): member m reduces max in f32; member m + 1 sums, in f32 over the same inner
+  // ranges, exp(h - that max), reading the max only there and once per row. Returns that
+  // load in m + 1's body, or -1 where the pattern does not hold.
+  InstrId online_max_load(size_t m) {
+    if (!options_.cuda_online_softmax || m + 1 >= nodes_.size()) return -1;
+    const ComputeNode& a = *nodes_[m];
+    const ComputeNode& b = *nodes_[m + 1];
+    if (a.reduce != ReduceKind::Max || b.reduce != ReduceKind::Sum) return -1;
+    if (buf(a.out).dtype != DType::Float32 || buf(b.out).dtype != DType::Float32) return -1;
+    if (a.reduction_ranges.size() != b.reduction_ranges.size()) return -1;
+    for (size_t j = 0; j < a.reduction_ranges.size(); ++j)
+      if (ctx_.str(a.reduction_ranges[j]) != ctx_.str(b.reduction_ranges[j])) return -1;
+    const auto& bi = b.body.instrs;
+    const Instr& res = bi.at(b.body.result);
+    if (res.kind != InstrKind::Exp || res.dtype != DType::Float32) return -1;
+    const Instr& sub = bi.at(res.operands[0]);
+    if (sub.kind != InstrKind::Sub) return -1;
+    const InstrId l = sub.operands[1];
+    const Instr& ld = bi.at(l);
+    if (ld.kind != InstrKind::Load || ld.buffer != a.out || ld.mask >= 0) return -1;
+    for (Expr e : ld.index)
+      for (Expr v : b.reduction_vars)
+        if (ctx_.depends_on(e, v)) return -1;
+    for (size_t i = 0; i < bi.size(); ++i) {
+      if (static_cast<InstrId>(i) == res.operands[0]) continue;
+      for (InstrId o : bi[i].operands)
+        if (o == l) return -1;
+      if (bi[i].mask == l) return -1;
+    }
+    return l;
+  }
+
+  // Each thread keeps the running max m_ and the sum s_ of exp(h - m_), rescaling s_ when
+  // m_ grows; the group then combines (m_, s_) pairs. NaN and infinities come out as in the
+  // two-pass form (a NaN max makes every sum NaN; exp(inf - inf) is NaN in both).
+  void emit_online_max_sum(size_t m, InstrId max_load) {
+    const ComputeNode& a = *nodes_[m];
+    const ComputeNode& b = *nodes_[m + 1];
+    std::vector<std::string> rvars;
+    for (Expr v : a.reduction_vars) rvars.push_back(cpp_identifier(v->name));
+    line("float m_ = coil::numeric<float>::lowest();");
+    line("float s_ = 0.0f;");
+    // Per step: the max of its elements first, one rescale, then V independent exps.
+    RowPart start{false, [&] { line("float am_ = coil::numeric<float>::lowest();"); }};
+    RowPart maxes{true, [&] {
+                    open("{");
+                    bind_member_names(m, rvars);
+                    line("am_ = coil::MaxOp::apply(am_, float(" + emit_body(a) + "));");
+                    close();
+                  }};
+    RowPart rescale{false, [&] {
+                      line("const float mn_ = coil::MaxOp::apply(m_, am_);");
+                      line("if (mn_ != m_) { s_ *= coil::m::exp(m_ - mn_); m_ = mn_; }");
+                    }};
+    RowPart sums{true, [&] {
+                   open("{");
+                   bind_member_names(m + 1, rvars);
+                   load_override_ = {m + 1, max_load};
+                   line("s_ += float(" + emit_body(b) + ");");
+                   load_override_ = {nodes_.size(), -1};
+                   close();
+                 }};
+    emit_row_loop({m, m + 1}, rvars, a.reduction_ranges, {start, maxes, rescale, sums});
+    line("const float rmax_ = coil::group_reduce<G, coil::MaxOp>(m_);");
+    line("const float rsum_ = coil::group_reduce<G, coil::SumOp>(s_ * coil::m::exp(m_ - rmax_));");
+    set_node_names(a);
+    finish_reduction(a, "rmax_");
+    set_node_names(b);
+    finish_reduction(b, "rsum_");
   }
 
   size_t member_of(const ComputeNode& n) {
@@ -817,7 +963,9 @@ class KernelEmitter {
     const std::string T = compute_ctype(in.dtype);
     std::string v;
     auto rv = row_values_.find(in.buffer);
-    if (locals_.count(in.buffer)) {
+    if (load_override_.first == member_ && load_override_.second == id) {
+      v = "m_";  // the running max of an online max and sum (emit_online_max_sum)
+    } else if (locals_.count(in.buffer)) {
       v = local_name(in.buffer);
     } else if (rv != row_values_.end() && idx(flat_index(in.buffer, in.index)) == rv->second) {
       v = local_name(in.buffer);
@@ -846,6 +994,7 @@ class KernelEmitter {
   const loop::LoopProgram& p_;
   sym::Context& ctx_;
   const sched::KernelPlan& k_;
+  const CompileOptions& options_;
   std::ostringstream& os_;
   std::set<BufferId> locals_;
   std::set<BufferId> written_, read_;
@@ -858,6 +1007,7 @@ class KernelEmitter {
   bool row_vec_ = false;   // emitting a row kernel templated on its step width V
   int V_n_ = 0;            // that kernel's vector width
   std::string row_store_;  // in a vector row loop: where a row member's element goes
+  std::pair<size_t, InstrId> load_override_{static_cast<size_t>(-1), -1};
   std::string idx_t_ = "int64_t";
   CudaKernel info_;
   int indent_ = 0;
@@ -933,7 +1083,6 @@ std::string canonical_kernel_text(const std::string& code,
 CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
                      const CompileOptions& options) {
   COIL_CHECK(program.ctx != nullptr) << "LoopProgram without a sym::Context";
-  (void)options;
   std::ostringstream os;
   os << cuda_prelude() << kMarker;
   os << "// Generated by coil (backend/cuda/emit_cuda): " << schedule.kernels.size()
@@ -945,7 +1094,7 @@ CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& sc
   std::unordered_map<std::string, int> first_by_code;  // canonical text -> kernel index
   for (const sched::KernelPlan& k : schedule.kernels) {
     std::ostringstream one;
-    CudaKernel info = KernelEmitter(program, k, one).emit();
+    CudaKernel info = KernelEmitter(program, k, options, one).emit();
     std::string code = one.str();
     const int index = static_cast<int>(src.kernels.size());
     auto [it, fresh] = first_by_code.emplace(

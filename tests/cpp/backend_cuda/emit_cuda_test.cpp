@@ -75,6 +75,42 @@ TEST(EmitCuda, SoftmaxIsOneRowKernel) {
   expect_compiles(src);
 }
 
+TEST(EmitCuda, OnlineSoftmaxFusesMaxAndSumIntoOnePass) {
+  ProgramBuilder b;
+  build_softmax(b, b.c(8), b.c(64));
+  CompileOptions o;
+  o.cuda_online_softmax = true;
+  sched::Schedule s = sched::schedule_program(b.p, o);
+  CudaSource src = backend::cuda::emit_cuda(b.p, s, o);
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  EXPECT_NE(code.find("in one pass"), std::string::npos) << code;
+  EXPECT_NE(code.find("group_reduce<G, coil::SumOp>(s_ * coil::m::exp(m_ - rmax_))"),
+            std::string::npos);
+  // Two row loops (max with sum, then the output) instead of three.
+  size_t loops = 0;
+  for (size_t at = code.find("e_ += g_"); at != std::string::npos;
+       at = code.find("e_ += g_", at + 1))
+    ++loops;
+  EXPECT_EQ(loops, 2u) << code;
+  // Off (the default): three loops.
+  const std::string plain = backend::cuda::strip_prelude(emit(b.p).code);
+  EXPECT_EQ(plain.find("in one pass"), std::string::npos);
+  expect_compiles(src);
+}
+
+// Rows of 32 KiB and more are stored evict-first (the output must not push the rows that
+// later passes re-read out of L2); shorter rows with plain stores.
+TEST(EmitCuda, LongRowsGetStreamingStores) {
+  ProgramBuilder b1;
+  build_softmax(b1, b1.c(4), b1.c(8192));
+  EXPECT_NE(backend::cuda::strip_prelude(emit(b1.p).code).find("coil::store_streaming("),
+            std::string::npos);
+  ProgramBuilder b2;
+  build_softmax(b2, b2.c(4), b2.c(4096));
+  EXPECT_EQ(backend::cuda::strip_prelude(emit(b2.p).code).find("coil::store_streaming("),
+            std::string::npos);
+}
+
 TEST(EmitCuda, SymbolicSoftmaxUses64BitIndexAndCompiles) {
   ProgramBuilder b;
   Expr R = b.size_symbol("s0", 0, 0), C = b.size_symbol("s1", 0, 1);
