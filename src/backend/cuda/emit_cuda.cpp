@@ -32,6 +32,9 @@ using sym::Expr;
 constexpr const char* kMarker = "// ---- coil kernels ----\n";
 // Row kernels store rows of at least this many bytes with evict-first stores (emit_row_loop).
 constexpr int64_t kStreamingRowBytes = 32 * 1024;
+// Row kernels keep at most this many bytes of re-read inputs in shared memory (static shared
+// memory is 48 KiB a block; the group reductions take a little of it).
+constexpr int64_t kRowCacheBytes = 40 * 1024;
 
 std::string ctype(DType t) { return t == DType::Bool ? "uint8_t" : std::string(dtype_ctype(t)); }
 bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
@@ -570,8 +573,23 @@ class KernelEmitter {
         if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
         std::string name = "L" + std::to_string(nv++);
         const std::string E = ctype(buf(in.buffer).dtype);
-        line("const coil::Vec<" + E + ", V> " + name + " = *(const coil::Vec<" + E + ", V>*)(" +
-             buf(in.buffer).name + " + " + idx(flat) + ");");
+        const std::string global =
+            "*(const coil::Vec<" + E + ", V>*)(" + buf(in.buffer).name + " + " + idx(flat) + ")";
+        auto slot = row_cache_.end();
+        if (!row_cache_.empty()) {
+          slot = row_cache_.find(row_load_key(m, in, row_loop_ranges(n)));
+          bind_member_names(m, first_vars);
+        }
+        if (slot == row_cache_.end()) {
+          line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
+        } else if (!slot->second.filled) {
+          line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
+          line("if constexpr (RC) " + slot->second.name + "[e_] = " + name + ";");
+          slot->second.filled = true;
+        } else {
+          line("const coil::Vec<" + E + ", V> " + name + " = RC ? " + slot->second.name +
+               "[e_] : " + global + ";");
+        }
         vec_loads_[{m, static_cast<InstrId>(i)}] = name;
       }
       if (!n.is_reduction() && !locals_.count(n.out)) storing = m;
@@ -623,6 +641,15 @@ class KernelEmitter {
     line(row_vec_ ? "template <int G, int V>" : "template <int G>");
     line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
     ++indent_;
+    plan_row_cache();
+    if (!row_cache_.empty()) {
+      // The block-per-row vector entry point keeps the inputs that several members read in
+      // shared memory: each thread reads back only the steps it loaded itself, so no barrier.
+      line("constexpr bool RC = G == 0 && V > 1;");
+      for (const auto& [key, slot] : row_cache_)
+        line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
+             std::to_string(slot.elements) + " / V : 1];");
+    }
     line("const int g_ = G ? G : blockDim.x;");
     line("const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;");
     line("const int64_t rpb_ = blockDim.x / g_;");
@@ -720,6 +747,66 @@ class KernelEmitter {
     }
     line("");
     row_vec_ = false;
+    row_cache_.clear();
+  }
+
+  // The key of a row loop's stride-1 load: its buffer and element index with the member's
+  // inner variables named canonically, and the inner ranges (equal keys: the same elements,
+  // visited by the same thread at the same step).
+  std::string row_load_key(size_t m, const Instr& in, const std::vector<Expr>& ranges) {
+    std::vector<std::string> canon;
+    for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
+    bind_member_names(m, canon);
+    return buf(in.buffer).name + "[" + idx(flat_index(in.buffer, in.index)) + "] over " +
+           ranges_text(ranges);
+  }
+  std::vector<Expr> row_loop_ranges(const ComputeNode& n) {
+    if (n.is_reduction()) return n.reduction_ranges;
+    return std::vector<Expr>(n.ranges.begin() + k_.outer_ranges.size(), n.ranges.end());
+  }
+
+  // Which stride-1 row loads the _bv entry point caches in shared memory: those that more
+  // than one member reads, from buffers no member of the kernel writes, with a constant row,
+  // at most kRowCacheBytes in all.
+  void plan_row_cache() {
+    row_cache_.clear();
+    if (!row_vec_) return;
+    std::map<std::string, std::set<size_t>> members_of;
+    std::map<std::string, std::pair<BufferId, int64_t>> what;
+    std::vector<std::string> order;
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      const ComputeNode& n = *nodes_[m];
+      auto [var, range] = row_inner_var(n);
+      if (!var) continue;
+      const std::vector<Expr> ranges = row_loop_ranges(n);
+      auto elems = ctx_.as_const(product(ranges));
+      if (!elems) continue;
+      for (const Instr& in : n.body.instrs) {
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        if (stride_along(flat_index(in.buffer, in.index), var) != std::optional<int64_t>(1))
+          continue;
+        bool written = false;
+        for (BufferId w : written_) written = written || root(w) == root(in.buffer);
+        if (written) continue;
+        std::string key = row_load_key(m, in, ranges);
+        if (!members_of.count(key)) order.push_back(key);
+        members_of[key].insert(m);
+        what[key] = {in.buffer, *elems};
+      }
+    }
+    int64_t bytes = 0;
+    for (const std::string& key : order) {
+      if (members_of[key].size() < 2) continue;
+      auto [b, elems] = what[key];
+      const int64_t size = elems * dtype_size(buf(b).dtype);
+      if (bytes + size > kRowCacheBytes) continue;
+      bytes += size;
+      RowCacheSlot slot;
+      slot.name = "rc" + std::to_string(row_cache_.size()) + "_";
+      slot.ctype = ctype(buf(b).dtype);
+      slot.elements = elems;
+      row_cache_[key] = slot;
+    }
   }
 
   BufferId root(BufferId b) {
@@ -1008,6 +1095,12 @@ class KernelEmitter {
   int V_n_ = 0;            // that kernel's vector width
   std::string row_store_;  // in a vector row loop: where a row member's element goes
   std::pair<size_t, InstrId> load_override_{static_cast<size_t>(-1), -1};
+  struct RowCacheSlot {
+    std::string name, ctype;
+    int64_t elements = 0;
+    bool filled = false;  // emitted: the first member's loop stores it
+  };
+  std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared array
   std::string idx_t_ = "int64_t";
   CudaKernel info_;
   int indent_ = 0;

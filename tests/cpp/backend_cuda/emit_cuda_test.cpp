@@ -111,6 +111,20 @@ TEST(EmitCuda, LongRowsGetStreamingStores) {
             std::string::npos);
 }
 
+// The block-per-row vector entry point keeps a row that several members re-read in shared
+// memory; rows too long for it (over 40 KiB) are read from global memory each pass.
+TEST(EmitCuda, ReReadRowsAreCachedInSharedMemory) {
+  ProgramBuilder b1;
+  build_layer_norm(b1, b1.c(4), b1.c(4096));
+  const std::string ln = backend::cuda::strip_prelude(emit(b1.p).code);
+  EXPECT_NE(ln.find("__shared__ coil::Vec<float, V> rc0_[RC ? 4096 / V : 1];"), std::string::npos)
+      << ln;
+  EXPECT_NE(ln.find("RC ? rc0_[e_] :"), std::string::npos);
+  ProgramBuilder b2;
+  build_softmax(b2, b2.c(4), b2.c(16384));
+  EXPECT_EQ(backend::cuda::strip_prelude(emit(b2.p).code).find("__shared__"), std::string::npos);
+}
+
 TEST(EmitCuda, SymbolicSoftmaxUses64BitIndexAndCompiles) {
   ProgramBuilder b;
   Expr R = b.size_symbol("s0", 0, 0), C = b.size_symbol("s1", 0, 1);

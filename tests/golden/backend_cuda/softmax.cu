@@ -5,6 +5,8 @@
 //   step2 buf3 = pointwise [8, 16]
 template <int G, int V>
 __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, float* __restrict__ buf3) {
+  constexpr bool RC = G == 0 && V > 1;
+  __shared__ coil::Vec<float, V> rc0_[RC ? 16 / V : 1];
   const int g_ = G ? G : blockDim.x;
   const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;
   const int64_t rpb_ = blockDim.x / g_;
@@ -20,6 +22,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
         const int r1_q = e_;
         const int r1_0 = r1_q * V;
         const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + r1_0);
+        if constexpr (RC) rc0_[e_] = L0;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
           const int r1 = r1_0 + u_;
@@ -36,7 +39,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
       for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
         const int r3_q = e_;
         const int r3_0 = r3_q * V;
-        const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
+        const coil::Vec<float, V> L0 = RC ? rc0_[e_] : *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
           const int r3 = r3_0 + u_;
@@ -55,7 +58,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
       for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
         const int i5_q = e_;
         const int i5_0 = i5_q * V;
-        const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + i5_0);
+        const coil::Vec<float, V> L0 = RC ? rc0_[e_] : *(const coil::Vec<float, V>*)(in0 + 16*x0 + i5_0);
         coil::Vec<float, V> S_;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
