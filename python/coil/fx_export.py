@@ -490,6 +490,33 @@ def _val_or_none(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+# Ops whose second argument is the target size list of a reshape of their input.
+_RESHAPE_OPS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
+
+
+def _reshape_sizes(size_arg, out: torch.Tensor):
+    """The size list of a view/reshape as coil gets it. With symbolic input sizes the list
+    written in the program can hold literals that equal an expression of the input's sizes only
+    under a relational guard of Dynamo (`x.reshape(4, 153)` of an input of sizes
+    (4, s0, s1) holds when s0*s1 == 153), which does not reach coil: its meta function cannot
+    prove that the literal sizes match the input's numel, nor find the view's strides (the
+    chunks of a non-contiguous input: fuzz seeds 3143, 4523), and the output is declared with
+    the symbolic sizes anyway. The output's sizes (from the FakeTensor) are the same list in
+    terms of the input's symbols; they replace it when they differ from it symbolically."""
+    sizes = list(out.size())
+    if not any(isinstance(s, torch.SymInt) and not isinstance(_symint_value(s), int)
+               for s in sizes):
+        return size_arg  # static output sizes: the list as written (-1 resolved by coil)
+    if not isinstance(size_arg, (list, tuple)) or len(size_arg) != len(sizes):
+        return sizes
+    # Keep each entry that already is the output's size (the same SymInt or int, or a node
+    # folding to it); write the output's size where a literal (or -1) stands for it.
+    return [a if (isinstance(a, (fx.Node, torch.SymInt)) or
+                  (isinstance(a, int) and not isinstance(s, torch.SymInt) and a == s))
+            else s
+            for a, s in zip(size_arg, sizes)]
+
+
 def _val(node: fx.Node):
     if "val" in node.meta:
         return node.meta["val"]
@@ -621,7 +648,10 @@ class _Exporter:
         for o in outs:
             if o is not None and not _is_tensor(o):
                 raise ExportError(f"{name}: result holds a {type(o).__name__}")
-        args = [self.arg(a) for a in node.args]
+        node_args = list(node.args)
+        if name in _RESHAPE_OPS and single and len(node_args) >= 2:
+            node_args[1] = _reshape_sizes(node_args[1], val)
+        args = [self.arg(a) for a in node_args]
         args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
         decls, ids = [], []
         for o in outs:

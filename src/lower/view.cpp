@@ -191,6 +191,20 @@ sym::Expr clamp_bound(sym::Context& c, std::optional<int64_t> v, sym::Expr size,
   return c.max(c.add(size, c.constant(b)), c.zero());
 }
 
+// A slice bound given as an argument (an int or, with dynamic shapes, a symbolic expression such
+// as `s0 + 3`), clamped to [0, size] as slice_meta does (src/ops/view.cpp). A symbolic bound
+// must be provably non-negative: a negative one counts from the end, which the bound's sign
+// decides at run time.
+sym::Expr clamp_bound_arg(sym::Context& c, const Arg* a, sym::Expr size, bool is_end) {
+  if (a == nullptr || a->is_none()) return clamp_bound(c, std::nullopt, size, is_end);
+  sym::Expr e = sym_arg(c, *a);
+  if (auto v = c.as_const(e)) return clamp_bound(c, *v, size, is_end);
+  COIL_USER_CHECK(c.provably_nonneg(e))
+      << "slice: symbolic bound of unknown sign (negative counts from the end)";
+  if (c.provably_le(e, size)) return e;
+  return c.min(e, size);
+}
+
 TensorValue slice(sym::Context& c, const TensorValue& x, int64_t dim, sym::Expr start,
                   sym::Expr end, int64_t step) {
   COIL_USER_CHECK(step > 0) << "slice: step must be positive";
@@ -463,13 +477,8 @@ void register_view_lowerings(LoweringRegistry& r) {
     const TensorValue& x = lc.arg_value(n, 0, "self");
     int64_t rank = static_cast<int64_t>(x.sizes.size());
     int64_t dim = normalize_dim(int_arg(n, 1, "dim", 0), rank);
-    auto opt = [&](size_t i, const char* name) -> std::optional<int64_t> {
-      const Arg* a = n.arg(i, name);
-      if (a == nullptr || a->is_none()) return std::nullopt;
-      return a->as_int();
-    };
-    sym::Expr start = clamp_bound(c, opt(2, "start"), x.sizes[dim], false);
-    sym::Expr end = clamp_bound(c, opt(3, "end"), x.sizes[dim], true);
+    sym::Expr start = clamp_bound_arg(c, n.arg(2, "start"), x.sizes[dim], false);
+    sym::Expr end = clamp_bound_arg(c, n.arg(3, "end"), x.sizes[dim], true);
     int64_t step = int_arg(n, 4, "step", 1);
     if (start == c.zero() && end == x.sizes[dim] && step == 1) return one(x);
     return one(slice(c, x, dim, start, end, step));

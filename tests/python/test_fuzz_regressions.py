@@ -358,3 +358,49 @@ def test_bf16_batch_norm_training_normalizes_with_its_saved_statistics(real_coil
         v = compare(*runs)
         assert v, f"seed {seed}: {v.detail}"
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_reshape_of_strided_input_to_literal_sizes(real_coil, dynamic):
+    # Seed 3143 (dynamic): `x.reshape(4, 153)` of a strided input of sizes (4, s0, s1) (every
+    # other row of a larger tensor) holds under Dynamo's guard s0*s1 == 153, which does not
+    # reach coil. The graph said view(x, [4, 153]) with an output of sizes [4, s0*s1]: the
+    # view meta could neither match 153 with s0*s1 nor find the view's strides, and graph
+    # verification refused it. The exporter now writes the output's symbolic sizes
+    # (fx_export.py: _reshape_sizes).
+    def f(x, i, s):
+        v = x.reshape((4, 153))
+        return (torch.amax(v, (0, 1)), torch.log_softmax(v.index_add(1, i, s), 1))
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="coil", fullgraph=True, dynamic=dynamic,
+                       options={"strict": True})
+    i, s = torch.tensor([3, 150, 3, 0]), torch.randn(4, 4)
+    for rows, cols in ((17, 9), (9, 17)):  # both satisfy the guard: one dynamic graph
+        x = torch.randn(8, rows, cols)[::2]
+        v = compare(cf(x, i, s), f(x, i, s))
+        assert v, f"{(rows, cols)}: {v.detail}"
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_reshape_of_expanded_input_and_cat_backward(real_coil, dynamic):
+    # Seed 4523 (dynamic): the same with an expanded input reshaped to (2, 3, 3, 24) (sizes
+    # s0*s1 where the program says 24). Once it compiled, the backward of the cat along a
+    # symbolic dim slices its gradient at `s2 + 3`: the slice lowering took only integer
+    # bounds (lower/view.cpp: clamp_bound_arg takes symbolic ones).
+    def f(x2, x3, x4, x5):
+        v3 = x2.expand((2, -1, -1, -1, -1)).reshape((2, 3, 3, 24)).unsqueeze(-1)
+        return (v3 * x4, torch.erf(torch.cat([x2 + x3, x5], 1)))
+
+    def views(x2):  # the integer outputs (no gradient)
+        v3 = x2.expand((2, -1, -1, -1, -1)).reshape((2, 3, 3, 24)).unsqueeze(-1)
+        return (v3.squeeze(0), v3 * 2)
+
+    g = torch.Generator().manual_seed(4523)
+    x2 = torch.randint(-100, 100, (3, 3, 2, 12), generator=g)
+    x3 = torch.randint(-100, 100, (2, 12), generator=g)
+    x4 = torch.randn((), generator=g)
+    x5 = torch.randn(3, 5, 4, 12, generator=g)[:, :, ::2]
+    check(f, x2, x3, x4, x5, dynamic=dynamic, grad=True)
+    check(views, x2, dynamic=dynamic)

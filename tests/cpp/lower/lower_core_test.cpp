@@ -615,6 +615,24 @@ TEST(LowerCore, SymbolicSizes) {
   }
 }
 
+// Fuzz seed 4523 (dynamic): the backward of a cat along a symbolic dim slices its gradient at
+// a symbolic bound (`s0 + 3`); the slice lowering took only integer bounds.
+TEST(LowerCore, SliceWithSymbolicBounds) {
+  auto l = lower_text(R"(graph(%0: f32[s0, 5]):
+  %1: f32[s0 - 1, 5]+5 = aten.slice.Tensor(%0, 0, 1, sym(s0))
+  %2: f32[s0 - 1, 5] = aten.neg.default(%1)
+  return (%2)
+)");
+  for (int64_t n : {2, 6}) {
+    auto a = tensor(DType::Float32, {n, 5}, 17);
+    auto got = l.run({a})[0].to_doubles();
+    std::vector<double> want;
+    for (int64_t i = 1; i < n; ++i)
+      for (int j = 0; j < 5; ++j) want.push_back(-a.get({{i, j}}));
+    expect_near(got, want);
+  }
+}
+
 TEST(LowerCore, OutputLayoutFollowsGraphStrides) {
   auto l = lower_text(R"(graph(%0: f32[3, 4]{1, 3}):
   %1: f32[3, 4]{1, 3} = aten.exp.default(%0)
