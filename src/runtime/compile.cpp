@@ -165,6 +165,7 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
       if (!name.empty()) fns[e] = module.function(name);
     }
     if (!fns[1]) fns[1] = fns[0];
+    if (!fns[0]) fns[0] = fns[1];  // vector row kernels: _b also serves entry 0
     k.functions.push_back(fns);
   }
   k.kernels = std::move(source.kernels);

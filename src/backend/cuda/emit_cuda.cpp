@@ -739,7 +739,9 @@ class KernelEmitter {
       line("}");
     };
     const std::string V = std::to_string(vec);
-    entry("_w", row_vec_ ? "32, 1" : "32");
+    // With vector entry points the scalar ones serve only unaligned pointers: one of them, a
+    // block per row, is enough (every instantiation costs NVRTC time).
+    if (!row_vec_) entry("_w", "32");
     entry("_b", row_vec_ ? "0, 1" : "0");
     if (row_vec_) {
       entry("_wv", "32, " + V);
@@ -1126,8 +1128,13 @@ std::unordered_set<std::string> renamable_names(const loop::LoopProgram& p,
   for (int st : k.steps) {
     const ComputeNode& n = std::get<ComputeNode>(p.steps.at(st));
     add_buffer(n.out);
-    for (Expr v : n.index_vars) names.insert(cpp_identifier(v->name));
-    for (Expr v : n.reduction_vars) names.insert(cpp_identifier(v->name));
+    // A loop variable and the names the vector loops derive from it (<var>_q, <var>_0).
+    auto add_var = [&](Expr v) {
+      const std::string id = cpp_identifier(v->name);
+      for (const char* suffix : {"", "_q", "_0"}) names.insert(id + suffix);
+    };
+    for (Expr v : n.index_vars) add_var(v);
+    for (Expr v : n.reduction_vars) add_var(v);
     for (const Instr& in : n.body.instrs)
       if (in.kind == InstrKind::Indirect) names.insert(cpp_identifier(in.expr->name));
   }

@@ -18,6 +18,7 @@ std::string entry_name(const CudaKernel& k, int entry) {
     return base + (entry == 0 ? "_s" : "_v");
   }
   if (entry >= 2 && k.vec == 0) return "";
+  if (entry == 0 && k.vec > 0) return "";  // vector row kernels have no scalar _w
   static const char* const rows[] = {"_w", "_b", "_wv", "_bv"};
   return base + rows[entry];
 }
@@ -36,8 +37,15 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
     c.grid = clamp_grid(ceil_div(threads, c.block), sms * 32);
     return c;
   }
-  // The vector entry points (_wv, _bv) are entries 2 and 3.
+  // The vector entry points (_wv, _bv) are entries 2 and 3; kernels that have them have no
+  // scalar _w (entry 0), so unaligned pointers take _b whatever the row length.
   const int vec = k.vec > 0 && aligned ? 2 : 0;
+  if (k.vec > 0 && !aligned) {
+    c.entry = 1;
+    c.block = row_size <= kWarpRowLimit ? 128 : 256;
+    c.grid = clamp_grid(work, sms * 16);
+    return c;
+  }
   if (row_size <= kWarpRowLimit) {
     c.entry = vec;
     c.block = 256;
@@ -71,7 +79,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
     return out;
   }
   const int vec = k.vec > 0 && aligned ? 2 : 0;
-  if (row_size <= 4 * kWarpRowLimit) {
+  if (row_size <= 4 * kWarpRowLimit && !(k.vec > 0 && !aligned)) {
     for (int64_t b : {128, 256, 512})
       add({vec, clamp_grid(ceil_div(work, b / 32), sms * 64), static_cast<unsigned>(b)});
   }

@@ -56,9 +56,11 @@ TEST(EmitCuda, SoftmaxIsOneRowKernel) {
   EXPECT_EQ(b.ctx().as_const(src.kernels[0].work), std::optional<int64_t>(8));
   EXPECT_EQ(b.ctx().as_const(src.kernels[0].row_size), std::optional<int64_t>(16));
   const std::string code = backend::cuda::strip_prelude(src.code);
-  EXPECT_NE(code.find("kernel0_w("), std::string::npos);
   EXPECT_NE(code.find("kernel0_b("), std::string::npos);
-  // Contiguous rows of 16 floats: the vector entry points step 4 elements (128 bits).
+  // Contiguous rows of 16 floats: the vector entry points step 4 elements (128 bits); the
+  // scalar block entry point is kept for unaligned pointers, the scalar warp one is not.
+  EXPECT_EQ(code.find("kernel0_w("), std::string::npos);
+  EXPECT_EQ(backend::cuda::entry_name(src.kernels[0], 0), "");
   EXPECT_EQ(src.kernels[0].vec, 4);
   EXPECT_NE(code.find("kernel0_wv("), std::string::npos);
   EXPECT_NE(code.find("kernel0_bv("), std::string::npos);
@@ -234,6 +236,17 @@ TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
   EXPECT_EQ(compiled.size(), 3u) << code;
   EXPECT_NE(code.find("the same code as"), std::string::npos);
   expect_compiles(src);
+  // Vector row kernels (64 columns) name derived loop variables (r<N>_q, r<N>_0): two equal
+  // softmaxes over other buffers and variables still share one copy.
+  ProgramBuilder b;
+  build_softmax(b, b.c(32), b.c(64));
+  build_softmax(b, b.c(32), b.c(64));
+  CudaSource vsrc = emit(b.p);
+  ASSERT_EQ(vsrc.kernels.size(), 2u) << backend::cuda::strip_prelude(vsrc.code);
+  EXPECT_GT(vsrc.kernels[0].vec, 0);
+  EXPECT_TRUE(vsrc.kernels[0].entry.empty());
+  EXPECT_EQ(vsrc.kernels[1].entry, vsrc.kernels[0].name)
+      << backend::cuda::strip_prelude(vsrc.code);
 }
 
 TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
@@ -258,6 +271,9 @@ TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   EXPECT_EQ(backend::cuda::choose_launch(vrows, 4096, 512, true, dev).entry, 2);
   EXPECT_EQ(backend::cuda::choose_launch(vrows, 64, 32768, true, dev).entry, 3);
   EXPECT_EQ(backend::cuda::choose_launch(vrows, 64, 32768, false, dev).entry, 1);
+  EXPECT_EQ(backend::cuda::choose_launch(vrows, 4096, 512, false, dev).entry, 1);
+  for (const auto& c : backend::cuda::launch_candidates(vrows, 4096, 512, false, dev))
+    EXPECT_EQ(c.entry, 1);
   // The measured set starts with the heuristic's choice and tries every block size.
   auto cands = backend::cuda::launch_candidates(rows, 4096, 2048, true, dev);
   ASSERT_GE(cands.size(), 5u);

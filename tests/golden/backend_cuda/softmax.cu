@@ -76,9 +76,6 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     }
   }
 }
-extern "C" __global__ void __launch_bounds__(1024) kernel0_w(const float* __restrict__ in0, float* __restrict__ buf3) {
-  kernel0_impl<32, 1>(in0, buf3);
-}
 extern "C" __global__ void __launch_bounds__(1024) kernel0_b(const float* __restrict__ in0, float* __restrict__ buf3) {
   kernel0_impl<0, 1>(in0, buf3);
 }
