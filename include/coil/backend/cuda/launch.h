@@ -7,7 +7,8 @@
 //              kWarpRowLimit elements; longer rows get a whole block (_b) of 256 to 1024
 //              threads, about 8 elements per thread, each block looping over rows. The
 //              vector entry points (_wv, _bv: a coil::Vec step per thread) when they exist
-//              and every pointer is 16-byte aligned.
+//              and every pointer is 16-byte aligned; such kernels keep only _b as their
+//              scalar entry point, which then serves unaligned pointers at every row length.
 // The thresholds are measured choices (docs/decisions.md).
 #pragma once
 
