@@ -11,6 +11,7 @@
 //   COIL_CHECK(cond) << "buffer has no producer";
 #pragma once
 
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,12 +30,23 @@ class InternalError : public std::runtime_error {
 
 namespace detail {
 
+// `file` (a __FILE__) from the repository's src/ or include/ on: the messages name the same
+// place whatever the build directory or machine ("/abs/checkout/src/x.cpp", "../../src/x.cpp").
+inline const char* source_relative(const char* file) {
+  for (const char* p = file; *p; ++p) {
+    const bool at_start = p == file || p[-1] == '/';
+    if (at_start && (std::strncmp(p, "src/", 4) == 0 || std::strncmp(p, "include/", 8) == 0))
+      return p;
+  }
+  return file;
+}
+
 // Collects a message and throws on destruction; used only through the macros below.
 template <typename E>
 class ErrorStream {
  public:
   ErrorStream(const char* file, int line, const char* cond) {
-    msg_ << file << ":" << line << ": ";
+    msg_ << source_relative(file) << ":" << line << ": ";
     if (cond) msg_ << "check failed (" << cond << "): ";
   }
   template <typename T>

@@ -245,8 +245,7 @@ TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
   ASSERT_EQ(vsrc.kernels.size(), 2u) << backend::cuda::strip_prelude(vsrc.code);
   EXPECT_GT(vsrc.kernels[0].vec, 0);
   EXPECT_TRUE(vsrc.kernels[0].entry.empty());
-  EXPECT_EQ(vsrc.kernels[1].entry, vsrc.kernels[0].name)
-      << backend::cuda::strip_prelude(vsrc.code);
+  EXPECT_EQ(vsrc.kernels[1].entry, vsrc.kernels[0].name) << backend::cuda::strip_prelude(vsrc.code);
 }
 
 TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
