@@ -105,7 +105,7 @@ def test_softmax_one_kernel(dtype, cols):
 @pytest.mark.parametrize("cols", [1001, 4096])
 def test_softmax_special_values(cols, online):
     # Three passes, or the max and the sum of exp(x - max) in one (option cuda_online_softmax,
-    # emit_cuda: emit_online_max_sum): large values (exp overflows without the max), -inf
+    # emit_rows.cpp: emit_online_max_sum): large values (exp overflows without the max), -inf
     # (causal masks), rows of only -inf (NaN, as eager), +inf and NaN entries; 1001 columns
     # take the scalar entry points, 4096 the vector ones.
     x = _randn(64, cols) * 100

@@ -1,0 +1,208 @@
+// Pointwise kernels: a grid-stride loop per element, and a vector entry point where every
+// access is contiguous and aligned (kernel_emitter.h; docs/cuda-backend.md).
+#include "kernel_emitter.h"
+
+#include "coil/support/error.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace coil::backend::cuda::detail {
+
+// Loop order: the dims in order, except that the dim along which the first stored buffer is
+// contiguous goes innermost (adjacent threads then store adjacent elements).
+std::vector<size_t> KernelEmitter::pointwise_order() {
+  const size_t k = k_.outer_ranges.size();
+  std::vector<size_t> order(k);
+  for (size_t j = 0; j < k; ++j) order[j] = j;
+  if (k < 2) return order;
+  for (const ComputeNode* n : nodes_) {
+    if (locals_.count(n->out)) continue;
+    Expr flat = flat_index(n->out, n->store_index);
+    for (size_t d = 0; d + 1 < k; ++d) {
+      if (stride_along(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
+        order.erase(order.begin() + d);
+        order.push_back(d);
+        break;
+      }
+    }
+    break;
+  }
+  return order;
+}
+
+std::optional<int64_t> KernelEmitter::stride_along(Expr flat, Expr var) {
+  Expr d = ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat);
+  return ctx_.as_const(d);
+}
+
+// Elements per thread of the vector entry point, or 0. Every access must step by 0 or 1
+// along the innermost dim, the stride-1 ones starting at a multiple of the vector width
+// (other strides and offsets constant multiples of it), and the innermost extent a multiple.
+int KernelEmitter::vector_width(size_t inner) {
+  int max_size = 0;
+  std::vector<std::pair<BufferId, Expr>> accesses;
+  for (const ComputeNode* n : nodes_) {
+    Expr var = n->index_vars.at(inner);
+    for (const Instr& in : n->body.instrs) {
+      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
+          in.kind == InstrKind::Randn)
+        return 0;
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (in.mask >= 0) return 0;
+      Expr flat = flat_index(in.buffer, in.index);
+      auto s = stride_along(flat, var);
+      if (!s || (*s != 0 && *s != 1)) return 0;
+      if (*s == 1) accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+    }
+    if (!locals_.count(n->out)) {
+      Expr flat = flat_index(n->out, n->store_index);
+      if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
+      accesses.push_back({n->out, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+    }
+  }
+  if (accesses.empty()) return 0;
+  for (auto& [b, start] : accesses) max_size = std::max(max_size, dtype_size(buf(b).dtype));
+  const int vec = std::min(8, 16 / max_size);
+  if (vec < 2) return 0;
+  auto extent = ctx_.as_const(k_.outer_ranges[inner]);
+  if (!extent || *extent % vec != 0) return 0;
+  std::vector<Expr> starts;
+  for (auto& [b, start] : accesses) starts.push_back(start);
+  return starts_aligned(starts, vec) ? vec : 0;
+}
+
+// Whether every start is a multiple of `vec` for every value of the variables of the kernel's
+// members: the constant term and each variable's coefficient are.
+bool KernelEmitter::starts_aligned(const std::vector<Expr>& starts, int vec) {
+  std::vector<Expr> vars;
+  for (const ComputeNode* n : nodes_) {
+    vars.insert(vars.end(), n->index_vars.begin(), n->index_vars.end());
+    vars.insert(vars.end(), n->reduction_vars.begin(), n->reduction_vars.end());
+  }
+  std::unordered_map<Expr, Expr> zero;
+  for (Expr v : vars) zero[v] = ctx_.zero();
+  for (Expr start : starts) {
+    auto c0 = ctx_.as_const(ctx_.substitute(start, zero));
+    if (!c0 || *c0 % vec != 0) return false;
+    for (Expr v : vars) {
+      if (!ctx_.depends_on(start, v)) continue;
+      auto s = stride_along(start, v);
+      if (!s || *s % vec != 0) return false;
+    }
+  }
+  return true;
+}
+
+void KernelEmitter::emit_pointwise() {
+  const size_t k = k_.outer_ranges.size();
+  const std::vector<size_t> order = pointwise_order();
+  const std::string T = idx_t_;
+  std::vector<std::string> vars;
+  std::vector<Expr> ranges;
+  for (size_t j : order) {
+    vars.push_back("x" + std::to_string(j));
+    ranges.push_back(k_.outer_ranges[j]);
+  }
+  const std::string numel = idx(product(k_.outer_ranges));
+  // Scalar entry point.
+  line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_s(" + param_list() +
+       ") {");
+  ++indent_;
+  line("const int64_t n_ = " + numel + ";");
+  open(
+      "for (int64_t l_ = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l_ < n_; l_ += "
+      "int64_t(gridDim.x) * blockDim.x) {");
+  decompose("(" + T + ")l_", vars, ranges);
+  for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    open("{");
+    std::string v = emit_body(n);
+    emit_store(n, v);
+    close();
+  }
+  close();
+  close();
+  line("");
+  if (k == 0) return;
+  const size_t inner = order.back();
+  const int vec = vector_width(inner);
+  if (vec == 0) return;
+  info_.vec = vec;
+  // Vector entry point: thread t handles `vec` consecutive elements along the inner dim.
+  const std::string V = std::to_string(vec);
+  std::vector<Expr> vranges = ranges;
+  vranges.back() = ctx_.constant(*ctx_.as_const(ranges.back()) / vec);
+  std::string xi = vars.back();
+  std::vector<std::string> vvars = vars;
+  vvars.back() = xi + "_q";
+  line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_v(" + param_list() +
+       ") {");
+  ++indent_;
+  line("const int64_t n_ = " + numel + " / " + V + ";");
+  open(
+      "for (int64_t l_ = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; l_ < n_; l_ += "
+      "int64_t(gridDim.x) * blockDim.x) {");
+  decompose("(" + T + ")l_", vvars, vranges);
+  line("const " + T + " " + xi + "_0 = " + xi + "_q * " + V + ";");
+  // Vector loads of the stride-1 accesses, at inner position xi_0.
+  vec_loads_.clear();
+  int nv = 0;
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    sym_names_[n.index_vars[inner]] = xi + "_0";
+    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+      const Instr& in = n.body.instrs[i];
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
+      std::string name = "L" + std::to_string(nv++);
+      const std::string E = ctype(buf(in.buffer).dtype);
+      line("const coil::Vec<" + E + ", " + V + "> " + name + " = *(const coil::Vec<" + E + ", " +
+           V + ">*)(" + buf(in.buffer).name + " + " + idx(flat) + ");");
+      vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+    }
+  }
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    if (locals_.count(n.out)) continue;
+    const std::string E = ctype(buf(n.out).dtype);
+    line("coil::Vec<" + E + ", " + V + "> S" + std::to_string(m) + ";");
+  }
+  line("#pragma unroll");
+  open("for (int u_ = 0; u_ < " + V + "; ++u_) {");
+  line("const " + T + " " + xi + " = " + xi + "_0 + u_;");
+  for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+  vec_mode_ = true;
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    member_ = m;
+    open("{");
+    std::string v = emit_body(n);
+    if (locals_.count(n.out)) {
+      emit_store(n, v);
+    } else {
+      line("S" + std::to_string(m) + ".v[u_] = " + store_value(buf(n.out).dtype, v) + ";");
+    }
+    close();
+  }
+  vec_mode_ = false;
+  close();
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    if (locals_.count(n.out)) continue;
+    set_node_names(n);
+    sym_names_[n.index_vars[inner]] = xi + "_0";
+    const std::string E = ctype(buf(n.out).dtype);
+    line("*(coil::Vec<" + E + ", " + V + ">*)(" + buf(n.out).name + " + " +
+         idx(flat_index(n.out, n.store_index)) + ") = S" + std::to_string(m) + ";");
+  }
+  close();
+  close();
+  line("");
+}
+
+}  // namespace coil::backend::cuda::detail

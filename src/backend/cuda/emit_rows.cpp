@@ -1,0 +1,539 @@
+// Row kernels: a thread group per outer point, members one after another over the row;
+// vector steps, the shared-memory row cache, evict-first stores, the online max and sum
+// (kernel_emitter.h; docs/cuda-backend.md).
+#include "kernel_emitter.h"
+
+#include <algorithm>
+
+#include "coil/backend/common/cpp_expr.h"
+#include "coil/backend/common/scalar_expr.h"
+#include "coil/support/error.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace coil::backend::cuda::detail {
+
+// The last inner variable and its range of a member that loops inside the row (a reduction,
+// or a pointwise member with inner dims); nullptr for a one-per-row member.
+std::pair<Expr, Expr> KernelEmitter::row_inner_var(const ComputeNode& n) {
+  const size_t k = k_.outer_ranges.size();
+  if (n.is_reduction() && !n.reduction_vars.empty())
+    return {n.reduction_vars.back(), n.reduction_ranges.back()};
+  if (!n.is_reduction() && n.ranges.size() > k) return {n.index_vars.back(), n.ranges.back()};
+  return {nullptr, nullptr};
+}
+
+// Elements per step of a row kernel's vector entry points (_wv, _bv), or 0. As for pointwise
+// kernels: in every member that loops inside the row, each access steps by 0 or 1 along the
+// member's last inner variable, the stride-1 ones start at a multiple of the width (for every
+// value of the other variables), and the last inner extent is a multiple of it.
+int KernelEmitter::row_vector_width() {
+  if (info_.random) return 0;
+  std::vector<Expr> starts;
+  std::vector<Expr> extents;
+  int max_size = 0;
+  for (const ComputeNode* n : nodes_) {
+    auto [var, range] = row_inner_var(*n);
+    if (!var) continue;
+    extents.push_back(range);
+    for (const Instr& in : n->body.instrs) {
+      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
+          in.kind == InstrKind::Randn)
+        return 0;
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      auto s = stride_along(flat, var);
+      if (!s || (*s != 0 && *s != 1)) return 0;
+      if (*s == 0) continue;
+      if (in.mask >= 0) return 0;
+      starts.push_back(ctx_.substitute(flat, {{var, ctx_.zero()}}));
+      max_size = std::max(max_size, dtype_size(buf(in.buffer).dtype));
+    }
+    if (!n->is_reduction() && !locals_.count(n->out)) {
+      Expr flat = flat_index(n->out, n->store_index);
+      if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
+      starts.push_back(ctx_.substitute(flat, {{var, ctx_.zero()}}));
+      max_size = std::max(max_size, dtype_size(buf(n->out).dtype));
+    }
+  }
+  if (starts.empty()) return 0;
+  const int vec = std::min(8, 16 / max_size);
+  if (vec < 2) return 0;
+  for (Expr e : extents) {
+    auto c = ctx_.as_const(e);
+    if (!c || *c % vec != 0) return 0;
+  }
+  return starts_aligned(starts, vec) ? vec : 0;
+}
+
+// The inner variables of a member that loops inside the row, in loop order.
+std::vector<Expr> KernelEmitter::row_inner_vars(const ComputeNode& n) {
+  if (n.is_reduction()) return n.reduction_vars;
+  return std::vector<Expr>(n.index_vars.begin() + k_.outer_ranges.size(), n.index_vars.end());
+}
+
+// Names member m's variables: outer ones x<j>, inner ones `vars` (the loop's names, which
+// may be another member's when two members share one loop).
+void KernelEmitter::bind_member_names(size_t m, const std::vector<std::string>& vars) {
+  const ComputeNode& n = *nodes_[m];
+  set_node_names(n);
+  std::vector<Expr> inner = row_inner_vars(n);
+  for (size_t j = 0; j < inner.size() && j < vars.size(); ++j) sym_names_[inner[j]] = vars[j];
+  member_ = m;
+}
+
+// The loop of members over their row (one member, or several over the same inner ranges),
+// `e_` counting steps of V elements along the last inner variable (V = 1: the scalar entry
+// points). Each per-element part emits one element's work (in its own loop over the V
+// elements of the step), binding each member's names with bind_member_names(m, vars); in
+// the vector entry points the stride-1 loads of a step are one coil::Vec load each, and a
+// storing member's elements go to row_store_.
+void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
+                                  const std::vector<std::string>& vars,
+                                  const std::vector<Expr>& ranges,
+                                  const std::vector<RowPart>& parts) {
+  const std::string T = idx_t_;
+  if (!row_vec_) {
+    open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(ranges)) + "); e_ += g_) {");
+    decompose("e_", vars, ranges);
+    for (const RowPart& part : parts) part.emit();
+    close();
+    return;
+  }
+  // The last extent is a constant multiple of the kernel's vector width (row_vector_width).
+  std::vector<std::string> qranges;
+  for (Expr r : ranges) qranges.push_back("(" + T + ")(" + idx(r) + ")");
+  qranges.back() = "(" + T + ")((" + idx(ranges.back()) + ") / V)";
+  std::vector<std::string> qvars = vars;
+  const std::string last = vars.back();
+  qvars.back() = last + "_q";
+  open("for (" + T + " e_ = lane_; e_ < (" + T + ")((" + idx(product(ranges)) +
+       ") / V); e_ += g_) {");
+  decompose_text("e_", qvars, qranges);
+  line("const " + T + " " + last + "_0 = " + last + "_q * V;");
+  std::vector<std::string> first_vars = vars;
+  first_vars.back() = last + "_0";
+  vec_loads_.clear();
+  int nv = 0;
+  size_t storing = nodes_.size();
+  for (size_t m : members) {
+    const ComputeNode& n = *nodes_[m];
+    bind_member_names(m, first_vars);
+    Expr var = row_inner_var(n).first;
+    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+      const Instr& in = n.body.instrs[i];
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
+      std::string name = "L" + std::to_string(nv++);
+      const std::string E = ctype(buf(in.buffer).dtype);
+      const std::string global =
+          "*(const coil::Vec<" + E + ", V>*)(" + buf(in.buffer).name + " + " + idx(flat) + ")";
+      auto slot = row_cache_.end();
+      if (!row_cache_.empty()) {
+        slot = row_cache_.find(row_load_key(m, in, row_loop_ranges(n)));
+        bind_member_names(m, first_vars);
+      }
+      if (slot == row_cache_.end()) {
+        line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
+      } else if (!slot->second.filled) {
+        line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
+        line("if constexpr (RC) " + slot->second.name + "[e_] = " + name + ";");
+        slot->second.filled = true;
+      } else {
+        line("const coil::Vec<" + E + ", V> " + name + " = RC ? " + slot->second.name +
+             "[e_] : " + global + ";");
+      }
+      vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+    }
+    if (!n.is_reduction() && !locals_.count(n.out)) storing = m;
+  }
+  const bool stores = storing < nodes_.size();
+  const std::string SE = stores ? ctype(buf(nodes_[storing]->out).dtype) : "";
+  if (stores) line("coil::Vec<" + SE + ", V> S_;");
+  for (const RowPart& part : parts) {
+    if (!part.per_element) {
+      part.emit();
+      continue;
+    }
+    line("#pragma unroll");
+    open("for (int u_ = 0; u_ < V; ++u_) {");
+    line("const " + T + " " + last + " = " + last + "_0 + u_;");
+    vec_mode_ = true;
+    row_store_ = stores ? "S_.v[u_]" : "";
+    part.emit();
+    row_store_.clear();
+    vec_mode_ = false;
+    close();
+  }
+  if (stores) {
+    const ComputeNode& n = *nodes_[storing];
+    bind_member_names(storing, first_vars);
+    // Streaming (evict-first) stores where the row is long enough that the output would
+    // push the rows later passes re-read out of L2: measured on the H100, softmax over 8192
+    // floats (32 KiB rows) 0.220 -> 0.206 ms with them, LayerNorm over 4096 (16 KiB)
+    // 0.187 -> 0.198 ms, so only rows of 32 KiB and more get them (docs/cuda-backend.md).
+    const std::string dst = "(coil::Vec<" + SE + ", V>*)(" + buf(n.out).name + " + " +
+                            idx(flat_index(n.out, n.store_index)) + ")";
+    auto elems = ctx_.as_const(product(ranges));
+    if (elems && *elems * dtype_size(buf(n.out).dtype) >= kStreamingRowBytes) {
+      line("coil::store_streaming(" + dst + ", S_);");
+    } else {
+      line("*" + dst + " = S_;");
+    }
+  }
+  close();
+}
+
+void KernelEmitter::emit_rows() {
+  const size_t k = k_.outer_ranges.size();
+  const std::string T = idx_t_;
+  const int vec = row_vector_width();
+  row_vec_ = vec > 0;
+  V_n_ = vec;
+  info_.vec = vec;
+  line(row_vec_ ? "template <int G, int V>" : "template <int G>");
+  line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
+  ++indent_;
+  plan_row_cache();
+  if (!row_cache_.empty()) {
+    // The block-per-row vector entry point keeps the inputs that several members read in
+    // shared memory: each thread reads back only the steps it loaded itself, so no barrier.
+    line("constexpr bool RC = G == 0 && V > 1;");
+    for (const auto& [key, slot] : row_cache_)
+      line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
+           std::to_string(slot.elements) + " / V : 1];");
+  }
+  line("const int g_ = G ? G : blockDim.x;");
+  line("const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;");
+  line("const int64_t rpb_ = blockDim.x / g_;");
+  line("const int64_t rows_ = " + idx(product(k_.outer_ranges)) + ";");
+  open(
+      "for (int64_t row_ = int64_t(blockIdx.x) * rpb_ + threadIdx.x / g_; row_ < rows_; row_ "
+      "+= int64_t(gridDim.x) * rpb_) {");
+  std::vector<std::string> vars;
+  for (size_t j = 0; j < k; ++j) vars.push_back("x" + std::to_string(j));
+  decompose("(" + T + ")row_", vars, k_.outer_ranges);
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    declare_local(m);
+    // One value per row that is also stored: every thread of the group keeps it in a
+    // register, and later members read that instead of the memory lane 0 wrote.
+    const ComputeNode& n = *nodes_[m];
+    if (!locals_.count(n.out) && (n.is_reduction() || n.ranges.size() == k))
+      line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
+  }
+  std::set<BufferId> written_so_far;
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    const InstrId online = online_max_load(m);
+    // A member reading what an earlier member stored (other threads of the group wrote it).
+    bool needs_sync = false;
+    for (size_t mm = m; mm <= m + (online >= 0 ? 1 : 0); ++mm) {
+      const auto& instrs = nodes_[mm]->body.instrs;
+      for (size_t i = 0; i < instrs.size(); ++i)
+        if (instrs[i].kind == InstrKind::Load && written_so_far.count(root(instrs[i].buffer)) &&
+            !(mm == m + 1 && static_cast<InstrId>(i) == online))
+          needs_sync = true;
+    }
+    if (needs_sync) line("coil::group_sync<G>();");
+    if (!locals_.count(n.out)) written_so_far.insert(root(n.out));
+    if (online >= 0) {
+      if (!locals_.count(nodes_[m + 1]->out)) written_so_far.insert(root(nodes_[m + 1]->out));
+      line("// " + buf(n.out).name + ", " + buf(nodes_[m + 1]->out).name +
+           ": the max and the sum of exp(. - max) in one pass");
+      open("{");
+      emit_online_max_sum(m, online);
+      close();
+      ++m;
+      continue;
+    }
+    set_node_names(n);
+    line("// " + buf(n.out).name);
+    open("{");
+    if (n.is_reduction()) {
+      emit_row_reduction(n);
+    } else if (n.ranges.size() == k) {
+      std::string v = emit_body(n);
+      if (locals_.count(n.out)) {
+        emit_store(n, v);
+      } else {
+        keep_row_value(n, v);
+        open("if (lane_ == 0) {");
+        emit_store(n, v);
+        close();
+      }
+    } else {
+      std::vector<std::string> ivars;
+      std::vector<Expr> iranges;
+      for (size_t j = k; j < n.ranges.size(); ++j) {
+        ivars.push_back(cpp_identifier(n.index_vars[j]->name));
+        iranges.push_back(n.ranges[j]);
+      }
+      emit_row_loop({m}, ivars, iranges,
+                    {{true, [&] {
+                        bind_member_names(m, ivars);
+                        std::string v = emit_body(n);
+                        if (!row_store_.empty()) {
+                          line(row_store_ + " = " + store_value(buf(n.out).dtype, v) + ";");
+                        } else {
+                          emit_store(n, v);
+                        }
+                      }}});
+    }
+    close();
+  }
+  // The next row's members may overwrite what this row's last reads used (locals are
+  // registers, but reductions share slots; group_reduce syncs after itself).
+  close();
+  close();
+  auto entry = [&](const std::string& suffix, const std::string& args) {
+    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + suffix + "(" +
+         param_list() + ") {");
+    line("  " + k_.name + "_impl<" + args + ">(" + arg_list() + ");");
+    line("}");
+  };
+  const std::string V = std::to_string(vec);
+  // With vector entry points the scalar ones serve only unaligned pointers: one of them, a
+  // block per row, is enough (every instantiation costs NVRTC time).
+  if (!row_vec_) entry("_w", "32");
+  entry("_b", row_vec_ ? "0, 1" : "0");
+  if (row_vec_) {
+    entry("_wv", "32, " + V);
+    entry("_bv", "0, " + V);
+  }
+  line("");
+  row_vec_ = false;
+  row_cache_.clear();
+}
+
+// The key of a row loop's stride-1 load: its buffer and element index with the member's
+// inner variables named canonically, and the inner ranges (equal keys: the same elements,
+// visited by the same thread at the same step).
+std::string KernelEmitter::row_load_key(size_t m, const Instr& in,
+                                        const std::vector<Expr>& ranges) {
+  std::vector<std::string> canon;
+  for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
+  bind_member_names(m, canon);
+  return buf(in.buffer).name + "[" + idx(flat_index(in.buffer, in.index)) + "] over " +
+         ranges_text(ranges);
+}
+
+std::vector<Expr> KernelEmitter::row_loop_ranges(const ComputeNode& n) {
+  if (n.is_reduction()) return n.reduction_ranges;
+  return std::vector<Expr>(n.ranges.begin() + k_.outer_ranges.size(), n.ranges.end());
+}
+
+// Which stride-1 row loads the _bv entry point caches in shared memory: those that more
+// than one member reads, from buffers no member of the kernel writes, with a constant row,
+// at most kRowCacheBytes in all.
+void KernelEmitter::plan_row_cache() {
+  row_cache_.clear();
+  if (!row_vec_) return;
+  std::map<std::string, std::set<size_t>> members_of;
+  std::map<std::string, std::pair<BufferId, int64_t>> what;
+  std::vector<std::string> order;
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    auto [var, range] = row_inner_var(n);
+    if (!var) continue;
+    const std::vector<Expr> ranges = row_loop_ranges(n);
+    auto elems = ctx_.as_const(product(ranges));
+    if (!elems) continue;
+    for (const Instr& in : n.body.instrs) {
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (stride_along(flat_index(in.buffer, in.index), var) != std::optional<int64_t>(1)) continue;
+      bool written = false;
+      for (BufferId w : written_) written = written || root(w) == root(in.buffer);
+      if (written) continue;
+      std::string key = row_load_key(m, in, ranges);
+      if (!members_of.count(key)) order.push_back(key);
+      members_of[key].insert(m);
+      what[key] = {in.buffer, *elems};
+    }
+  }
+  int64_t bytes = 0;
+  for (const std::string& key : order) {
+    if (members_of[key].size() < 2) continue;
+    auto [b, elems] = what[key];
+    const int64_t size = elems * dtype_size(buf(b).dtype);
+    if (bytes + size > kRowCacheBytes) continue;
+    bytes += size;
+    RowCacheSlot slot;
+    slot.name = "rc" + std::to_string(row_cache_.size()) + "_";
+    slot.ctype = ctype(buf(b).dtype);
+    slot.elements = elems;
+    row_cache_[key] = slot;
+  }
+}
+
+BufferId KernelEmitter::root(BufferId b) {
+  for (int guard = 0; buf(b).kind == loop::BufferKind::View && guard < 1000; ++guard)
+    b = buf(b).view_of;
+  return b;
+}
+
+KernelEmitter::ReduceOps KernelEmitter::reduce_ops(ReduceKind r, DType acc) {
+  std::string A = compute_ctype(acc);
+  bool is_bool = acc == DType::Bool;
+  switch (r) {
+    case ReduceKind::None:
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin:
+      break;
+    case ReduceKind::Sum:
+      return is_bool ? ReduceOps{"false", "OrOp"} : ReduceOps{A + "(0)", "SumOp"};
+    case ReduceKind::Prod:
+      return is_bool ? ReduceOps{"true", "AndOp"} : ReduceOps{A + "(1)", "ProdOp"};
+    case ReduceKind::Max:
+      return is_bool ? ReduceOps{"false", "OrOp"}
+                     : ReduceOps{"coil::numeric<" + A + ">::lowest()", "MaxOp"};
+    case ReduceKind::Min:
+      return is_bool ? ReduceOps{"true", "AndOp"}
+                     : ReduceOps{"coil::numeric<" + A + ">::max()", "MinOp"};
+    case ReduceKind::Any:
+      return {"false", "OrOp"};
+    case ReduceKind::All:
+      return {"true", "AndOp"};
+  }
+  COIL_INTERNAL_ERROR() << "no reduction operator";
+}
+
+void KernelEmitter::emit_row_reduction(const ComputeNode& n) {
+  const DType out_t = buf(n.out).dtype;
+  const Instr& res = n.body.instrs.at(n.body.result);
+  const bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
+  std::vector<std::string> rvars;
+  for (Expr v : n.reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  if (arg) {
+    const bool mx = n.reduce == ReduceKind::ArgMax;
+    const std::string V = compute_ctype(res.dtype);
+    line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
+    line("int64_t best_index = -1;");
+    const size_t m = member_of(n);
+    emit_row_loop({m}, rvars, n.reduction_ranges,
+                  {{true, [&] {
+                      bind_member_names(m, rvars);
+                      std::string v = emit_body(n);
+                      line("const " + V + " val = " + v + ";");
+                      Expr pos = ctx_.zero();
+                      for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+                        pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+                      line("const int64_t pos = " + idx(pos) + ";");
+                      line(std::string("if (best_index < 0 || coil::arg_better<") +
+                           (mx ? "true" : "false") +
+                           ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
+                    }}});
+    // Threads that saw nothing hold index -1: make them lose every comparison.
+    line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
+         ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
+    line(std::string("coil::group_argreduce<G, ") + (mx ? "true" : "false") +
+         ">(best, best_index);");
+    finish_reduction(n, "best_index");
+    return;
+  }
+  const DType acc_t = out_t;
+  const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
+  const ReduceOps ops = reduce_ops(n.reduce, acc_t);
+  line(A + " acc = " + ops.init + ";");
+  const size_t m = member_of(n);
+  emit_row_loop({m}, rvars, n.reduction_ranges,
+                {{true, [&] {
+                    bind_member_names(m, rvars);
+                    std::string v = emit_body(n);
+                    std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
+                    line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
+                  }}});
+  line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
+  finish_reduction(n, "acc");
+}
+
+// Softmax's max and its sum of exp(h - max) in one pass over the row (the "online"
+// softmax): member m reduces max in f32; member m + 1 sums, in f32 over the same inner
+// ranges, exp(h - that max), reading the max only there and once per row. Returns that
+// load in m + 1's body, or -1 where the pattern does not hold.
+InstrId KernelEmitter::online_max_load(size_t m) {
+  if (!options_.cuda_online_softmax || m + 1 >= nodes_.size()) return -1;
+  const ComputeNode& a = *nodes_[m];
+  const ComputeNode& b = *nodes_[m + 1];
+  if (a.reduce != ReduceKind::Max || b.reduce != ReduceKind::Sum) return -1;
+  if (buf(a.out).dtype != DType::Float32 || buf(b.out).dtype != DType::Float32) return -1;
+  if (a.reduction_ranges.size() != b.reduction_ranges.size()) return -1;
+  for (size_t j = 0; j < a.reduction_ranges.size(); ++j)
+    if (ctx_.str(a.reduction_ranges[j]) != ctx_.str(b.reduction_ranges[j])) return -1;
+  const auto& bi = b.body.instrs;
+  const Instr& res = bi.at(b.body.result);
+  if (res.kind != InstrKind::Exp || res.dtype != DType::Float32) return -1;
+  const Instr& sub = bi.at(res.operands[0]);
+  if (sub.kind != InstrKind::Sub) return -1;
+  const InstrId l = sub.operands[1];
+  const Instr& ld = bi.at(l);
+  if (ld.kind != InstrKind::Load || ld.buffer != a.out || ld.mask >= 0) return -1;
+  for (Expr e : ld.index)
+    for (Expr v : b.reduction_vars)
+      if (ctx_.depends_on(e, v)) return -1;
+  for (size_t i = 0; i < bi.size(); ++i) {
+    if (static_cast<InstrId>(i) == res.operands[0]) continue;
+    for (InstrId o : bi[i].operands)
+      if (o == l) return -1;
+    if (bi[i].mask == l) return -1;
+  }
+  return l;
+}
+
+// Each thread keeps the running max m_ and the sum s_ of exp(h - m_), rescaling s_ when
+// m_ grows; the group then combines (m_, s_) pairs. NaN and infinities come out as in the
+// two-pass form (a NaN max makes every sum NaN; exp(inf - inf) is NaN in both).
+void KernelEmitter::emit_online_max_sum(size_t m, InstrId max_load) {
+  const ComputeNode& a = *nodes_[m];
+  const ComputeNode& b = *nodes_[m + 1];
+  std::vector<std::string> rvars;
+  for (Expr v : a.reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  line("float m_ = coil::numeric<float>::lowest();");
+  line("float s_ = 0.0f;");
+  // Per step: the max of its elements first, one rescale, then V independent exps.
+  RowPart start{false, [&] { line("float am_ = coil::numeric<float>::lowest();"); }};
+  RowPart maxes{true, [&] {
+                  open("{");
+                  bind_member_names(m, rvars);
+                  line("am_ = coil::MaxOp::apply(am_, float(" + emit_body(a) + "));");
+                  close();
+                }};
+  RowPart rescale{false, [&] {
+                    line("const float mn_ = coil::MaxOp::apply(m_, am_);");
+                    line("if (mn_ != m_) { s_ *= coil::m::exp(m_ - mn_); m_ = mn_; }");
+                  }};
+  RowPart sums{true, [&] {
+                 open("{");
+                 bind_member_names(m + 1, rvars);
+                 load_override_ = {m + 1, max_load};
+                 line("s_ += float(" + emit_body(b) + ");");
+                 load_override_ = {nodes_.size(), -1};
+                 close();
+               }};
+  emit_row_loop({m, m + 1}, rvars, a.reduction_ranges, {start, maxes, rescale, sums});
+  line("const float rmax_ = coil::group_reduce<G, coil::MaxOp>(m_);");
+  line("const float rsum_ = coil::group_reduce<G, coil::SumOp>(s_ * coil::m::exp(m_ - rmax_));");
+  set_node_names(a);
+  finish_reduction(a, "rmax_");
+  set_node_names(b);
+  finish_reduction(b, "rsum_");
+}
+
+size_t KernelEmitter::member_of(const ComputeNode& n) {
+  for (size_t m = 0; m < nodes_.size(); ++m)
+    if (nodes_[m] == &n) return m;
+  COIL_INTERNAL_ERROR() << "not a member of " << k_.name;
+}
+
+void KernelEmitter::finish_reduction(const ComputeNode& n, const std::string& v) {
+  if (locals_.count(n.out)) {
+    emit_store(n, v);
+    return;
+  }
+  keep_row_value(n, v);
+  open("if (lane_ == 0) {");
+  emit_store(n, v);
+  close();
+}
+
+}  // namespace coil::backend::cuda::detail

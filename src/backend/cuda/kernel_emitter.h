@@ -1,0 +1,145 @@
+// The CUDA emitter's kernel writer (internal to src/backend/cuda): one KernelEmitter writes
+// one KernelPlan's CUDA C++ (its entry points, emit_cuda.h's ABI) and describes it. Its
+// members are defined by kind: kernel_emitter.cpp (text, parameters, bodies, loads and
+// stores), emit_pointwise.cpp (pointwise kernels), emit_rows.cpp (row kernels).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "coil/backend/cuda/emit_cuda.h"
+
+namespace coil::backend::cuda::detail {
+
+using loop::BufferId;
+using loop::ComputeNode;
+using loop::Instr;
+using loop::InstrId;
+using loop::InstrKind;
+using loop::ReduceKind;
+using sym::Expr;
+
+// Row kernels store rows of at least this many bytes with evict-first stores (emit_row_loop).
+constexpr int64_t kStreamingRowBytes = 32 * 1024;
+// Row kernels keep at most this many bytes of re-read inputs in shared memory (static shared
+// memory is 48 KiB a block; the group reductions take a little of it).
+constexpr int64_t kRowCacheBytes = 40 * 1024;
+
+// The C type of a buffer element (bool is stored as a byte).
+inline std::string ctype(DType t) {
+  return t == DType::Bool ? "uint8_t" : std::string(dtype_ctype(t));
+}
+inline bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k, const CompileOptions& o,
+                std::ostringstream& os)
+      : p_(p), ctx_(*p.ctx), k_(k), options_(o), os_(os) {
+    locals_.insert(k.local_buffers.begin(), k.local_buffers.end());
+    for (int st : k.steps) nodes_.push_back(&std::get<ComputeNode>(p.steps.at(st)));
+  }
+  CudaKernel emit();
+
+ private:
+  // ---------------------------------------------------------------- text helpers
+  void line(std::string s);
+  void open(const std::string& s);
+  void close(const std::string& s = "}");
+  std::string idx(Expr e);
+  void set_node_names(const ComputeNode& n);
+  const loop::Buffer& buf(BufferId b) const;
+  Expr product(const std::vector<Expr>& v, size_t from = 0);
+  Expr inner_numel(const ComputeNode& n);
+  std::string ranges_text(const std::vector<Expr>& r);
+  Expr flat_index(BufferId b, const std::vector<Expr>& index);
+  // ---------------------------------------------------------------- parameters
+  void collect_params();
+  std::string param_list();
+  std::string arg_list();
+  bool fits_32bit();
+  void header_comment();
+  void decompose(const std::string& flat, const std::vector<std::string>& vars,
+                 const std::vector<Expr>& ranges);
+  void decompose_text(const std::string& flat, const std::vector<std::string>& vars,
+                      const std::vector<std::string>& ranges);
+  // ---------------------------------------------------------------- pointwise kernels
+  std::vector<size_t> pointwise_order();
+  std::optional<int64_t> stride_along(Expr flat, Expr var);
+  int vector_width(size_t inner);
+  bool starts_aligned(const std::vector<Expr>& starts, int vec);
+  void emit_pointwise();
+  // ---------------------------------------------------------------- row kernels
+  std::pair<Expr, Expr> row_inner_var(const ComputeNode& n);
+  int row_vector_width();
+  std::vector<Expr> row_inner_vars(const ComputeNode& n);
+  void bind_member_names(size_t m, const std::vector<std::string>& vars);
+  // A piece of a row loop's step: emitted once per element (per_element) or once per step
+  // of V elements (between the per-element pieces).
+  struct RowPart {
+    bool per_element;
+    std::function<void()> emit;
+  };
+  void emit_row_loop(const std::vector<size_t>& members, const std::vector<std::string>& vars,
+                     const std::vector<Expr>& ranges, const std::vector<RowPart>& parts);
+  void emit_rows();
+  std::string row_load_key(size_t m, const Instr& in, const std::vector<Expr>& ranges);
+  std::vector<Expr> row_loop_ranges(const ComputeNode& n);
+  void plan_row_cache();
+  BufferId root(BufferId b);
+  struct ReduceOps {
+    std::string init, op;
+  };
+  ReduceOps reduce_ops(ReduceKind r, DType acc);
+  void emit_row_reduction(const ComputeNode& n);
+  InstrId online_max_load(size_t m);
+  void emit_online_max_sum(size_t m, InstrId max_load);
+  size_t member_of(const ComputeNode& n);
+  void finish_reduction(const ComputeNode& n, const std::string& v);
+  // ---------------------------------------------------------------- stores and locals
+  void keep_row_value(const ComputeNode& n, const std::string& v);
+  std::string local_name(BufferId b);
+  void declare_local(size_t m);
+  std::string store_value(DType t, const std::string& v);
+  void emit_store(const ComputeNode& n, const std::string& v);
+  // ---------------------------------------------------------------- bodies
+  std::string tmp(InstrId i);
+  std::string emit_body(const ComputeNode& n);
+  std::string instr_expr(const loop::Body& b, InstrId id);
+  std::string load_expr(const Instr& in, InstrId id);
+  const loop::LoopProgram& p_;
+  sym::Context& ctx_;
+  const sched::KernelPlan& k_;
+  const CompileOptions& options_;
+  std::ostringstream& os_;
+  std::set<BufferId> locals_;
+  std::set<BufferId> written_, read_;
+  std::unordered_map<BufferId, std::string> row_values_;  // buffer -> printed element index
+  std::vector<const ComputeNode*> nodes_;
+  std::unordered_map<Expr, std::string> sym_names_;
+  std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
+  bool vec_mode_ = false;
+  size_t member_ = 0;
+  bool row_vec_ = false;   // emitting a row kernel templated on its step width V
+  int V_n_ = 0;            // that kernel's vector width
+  std::string row_store_;  // in a vector row loop: where a row member's element goes
+  std::pair<size_t, InstrId> load_override_{static_cast<size_t>(-1), -1};
+  struct RowCacheSlot {
+    std::string name, ctype;
+    int64_t elements = 0;
+    bool filled = false;  // emitted: the first member's loop stores it
+  };
+  std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared array
+  std::string idx_t_ = "int64_t";
+  CudaKernel info_;
+  int indent_ = 0;
+};
+
+}  // namespace coil::backend::cuda::detail
