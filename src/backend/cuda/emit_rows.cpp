@@ -190,7 +190,6 @@ void KernelEmitter::emit_rows() {
   const std::string T = idx_t_;
   const int vec = row_vector_width();
   row_vec_ = vec > 0;
-  V_n_ = vec;
   info_.vec = vec;
   line(row_vec_ ? "template <int G, int V>" : "template <int G>");
   line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");

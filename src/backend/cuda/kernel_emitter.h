@@ -128,7 +128,6 @@ class KernelEmitter {
   bool vec_mode_ = false;
   size_t member_ = 0;
   bool row_vec_ = false;   // emitting a row kernel templated on its step width V
-  int V_n_ = 0;            // that kernel's vector width
   std::string row_store_;  // in a vector row loop: where a row member's element goes
   std::pair<size_t, InstrId> load_override_{static_cast<size_t>(-1), -1};
   struct RowCacheSlot {
