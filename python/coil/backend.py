@@ -38,6 +38,7 @@ from . import cuda as coil_cuda
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph, run_node_eagerly
+from .layout import channels_last_convolutions
 from .options import CoilOptions, build_options
 
 log = logging.getLogger("coil")
@@ -232,7 +233,13 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
     timings: dict[str, float] = {}
     try:
         C = _load_extension()
+        on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
+        if on_cuda and kind == "inference" and options.cuda_channels_last:
+            note = channels_last_convolutions(gm)
+            if note:
+                log.debug("coil: %s: %s", name, note)
+                dump.note(note)
         exported = export_graph(gm)
         timings["python_export"] = time.perf_counter() - t0
         dump.graph_text(exported.text)
@@ -240,7 +247,6 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         copts = options.compile_options(dump.dir)
         if exported.binder is not None:
             copts["symbol_ranges"] = exported.binder.ranges_text()
-        on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         if on_cuda:
             copts.update(coil_cuda.compile_options())
             why = coil_cuda.unavailable_reason(C, copts)

@@ -2,6 +2,7 @@
 gets a folder under the debug dir:
 
   00_fx_graph.py       the ATen FX graph's Python code (gm.code)
+  00_passes.txt        what the Python graph passes changed (layout.py), one line each
   01_graph.txt         coil graph text handed to C++
   02_loop_program.txt  loop IR after lowering           (written by C++, runtime/compile.cpp,
   03_schedule.txt      kernels after fusion, memory plan  also when compilation fails, with
@@ -39,6 +40,11 @@ class GraphDump:
     def fx_graph(self, gm) -> None:
         if self.dir is not None:
             self.write("00_fx_graph.py", gm.code)
+
+    def note(self, line: str) -> None:
+        if self.dir is not None:
+            with open(self.dir / "00_passes.txt", "a") as f:
+                f.write(line + "\n")
 
     def graph_text(self, text: str) -> None:
         self.write("01_graph.txt", text)

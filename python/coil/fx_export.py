@@ -342,6 +342,8 @@ class ExportedGraph:
     input_strides: list = dataclasses.field(default_factory=list)
     # The symbol values of the call in progress on this thread (for run_node_eagerly).
     call_env: threading.local = dataclasses.field(default_factory=threading.local)
+    # node_index -> how run_node_eagerly rebuilds the node's arguments (built on first use).
+    call_plans: dict = dataclasses.field(default_factory=dict)
 
     def relayout_inputs(self, inputs: list, args: Sequence[Any],
                         env: dict[str, int] | None) -> list | None:
@@ -901,15 +903,56 @@ def _substitute(a, tensors, pos: list[int], folded, env=None, scalars=frozenset(
     return a
 
 
+# How one argument is rebuilt: taken as is, the next runtime tensor, or _substitute'd.
+_AS_IS, _TENSOR, _REBUILD = 0, 1, 2
+
+
+def _arg_kind(a, exported: ExportedGraph) -> int:
+    if isinstance(a, fx.Node):
+        plain = a not in exported.scalar_inputs and a not in exported.folded
+        return _TENSOR if plain else _REBUILD
+    if isinstance(a, (list, tuple)):
+        return _REBUILD if any(_arg_kind(x, exported) != _AS_IS for x in a) else _AS_IS
+    return _REBUILD if isinstance(a, torch.SymInt) else _AS_IS
+
+
+def _call_plan(exported: ExportedGraph, node: fx.Node):
+    """The node's arguments with the constant ones in place, and the (position, kind) of the
+    others. The host fallback runs once per call for every convolution of a CNN, so the walk
+    over constant arguments (stride and padding lists) is done once here, not on every call."""
+    args = list(node.args)
+    arg_slots = [(i, k) for i, a in enumerate(args) if (k := _arg_kind(a, exported)) != _AS_IS]
+    kwargs = dict(node.kwargs)
+    kw_slots = [(n, k) for n, v in kwargs.items() if (k := _arg_kind(v, exported)) != _AS_IS]
+    return args, arg_slots, kwargs, kw_slots
+
+
 def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence[torch.Tensor]):
     """Runs exported node `node_index` with its tensor inputs; returns its tensor outputs."""
     node = exported.nodes[node_index]
+    plan = exported.call_plans.get(node_index)
+    if plan is None:
+        plan = exported.call_plans[node_index] = _call_plan(exported, node)
+    base_args, arg_slots, base_kwargs, kw_slots = plan
     pos = [0]
     env = getattr(exported.call_env, "env", None)
-    folded = exported.folded
-    sc = exported.scalar_inputs
-    args = tuple(_substitute(a, tensors, pos, folded, env, sc) for a in node.args)
-    kwargs = {k: _substitute(v, tensors, pos, folded, env, sc) for k, v in node.kwargs.items()}
+
+    def rebuild(kind, a):
+        if kind == _TENSOR:
+            if pos[0] >= len(tensors):
+                raise RuntimeError(f"coil fallback: too few tensor inputs ({len(tensors)})")
+            pos[0] += 1
+            return tensors[pos[0] - 1]
+        return _substitute(a, tensors, pos, exported.folded, env, exported.scalar_inputs)
+
+    args = list(base_args)
+    for i, kind in arg_slots:
+        args[i] = rebuild(kind, args[i])
+    kwargs = base_kwargs
+    if kw_slots:
+        kwargs = dict(base_kwargs)
+        for k, kind in kw_slots:
+            kwargs[k] = rebuild(kind, kwargs[k])
     if pos[0] != len(tensors):
         raise RuntimeError(
             f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "

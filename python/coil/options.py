@@ -57,7 +57,7 @@ def _compile_option_fields() -> dict[str, type]:
     types = {"bool": bool, "int": int, "str": str}
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
-PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool}
+PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "cuda_channels_last": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -92,6 +92,8 @@ class CoilOptions:
     debug: bool = False
     debug_dir: str = "coil_debug"
     cache_dir: str = ""
+    # CUDA inference graphs with convolutions run their activations channels-last (layout.py).
+    cuda_channels_last: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -131,6 +133,7 @@ def build_options(
     else:
         cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
     extra: dict[str, Any] = {}
+    channels_last = True
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()
@@ -150,6 +153,8 @@ def build_options(
             debug = debug or bool(v)
         elif name == "cache_dir":
             cache_dir = v
+        elif name == "cuda_channels_last":
+            channels_last = v
         else:
             extra[name] = v
     return CoilOptions(
@@ -157,5 +162,6 @@ def build_options(
         debug=debug,
         debug_dir=debug_dir,
         cache_dir=cache_dir,
+        cuda_channels_last=channels_last,
         extra=tuple(sorted(extra.items())),
     )

@@ -334,7 +334,10 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   COIL_USER_CHECK(rank >= 3) << "convolution: input must be at least 3-d (batched)";
   DType dt = out_dtype(node);
   ExternNode e = extern_for(ctx, node, ExternKind::Convolution);
-  e.inputs = {ctx.as_buffer(cast_value(ctx, input, dt)),
+  // The input keeps the graph's layout (channels-last when the front end chose it): cuDNN
+  // then runs without transposing it in and the result back.
+  const TensorMeta& input_meta = node.arg(0, "input")->value()->meta();
+  e.inputs = {ctx.as_buffer(ctx.realize_like(cast_value(ctx, input, dt), input_meta)),
               ctx.as_buffer(cast_value(ctx, weight, dt))};
   if (bias != nullptr && bias->is_value()) {
     e.inputs.push_back(ctx.as_buffer(cast_value(ctx, ctx.value(bias->value()), dt)));

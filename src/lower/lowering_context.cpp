@@ -3,6 +3,7 @@
 
 #include "coil/graph/tensor_meta.h"
 #include "coil/lower/lowering.h"
+#include "coil/lower/realize.h"
 #include "coil/support/error.h"
 
 namespace coil::lower {
@@ -20,6 +21,7 @@ LoweringContext::LoweringContext(const Graph& graph, const CompileOptions& optio
     for (const Value* v : n->outputs()) max_id = std::max(max_id, v->id());
   }
   values_.resize(static_cast<size_t>(max_id + 1));
+  owners_.resize(values_.size());
   if (program.ctx == nullptr) program.ctx = &graph.ctx();
 }
 
@@ -35,8 +37,12 @@ const TensorValue& LoweringContext::value(const Value* v) const {
 
 void LoweringContext::set_value(const Value* v, TensorValue tv) {
   COIL_CHECK(v != nullptr && v->id() >= 0);
-  if (static_cast<size_t>(v->id()) >= values_.size()) values_.resize(v->id() + 1);
+  if (static_cast<size_t>(v->id()) >= values_.size()) {
+    values_.resize(v->id() + 1);
+    owners_.resize(v->id() + 1);
+  }
   values_[v->id()] = std::move(tv);
+  owners_[v->id()] = v;
 }
 
 const TensorValue& LoweringContext::arg_value(const Node& node, size_t i,
@@ -166,7 +172,18 @@ TensorValue LoweringContext::realize_with_strides(const TensorValue& v,
 
 TensorValue LoweringContext::realize(const TensorValue& v) {
   if (v.strided) return v;
+  // A graph Value's stored value takes the Value's own dense layout (eager's strides: a
+  // channels-last activation stays channels-last for the convolution that reads it).
+  for (size_t id = 0; id < values_.size(); ++id) {
+    if (values_[id].has_value() && &*values_[id] == &v && owners_[id] != nullptr)
+      return realize_like(v, owners_[id]->meta());
+  }
   return realize_with_strides(v, contiguous_strides(ctx(), v.sizes));
+}
+
+TensorValue LoweringContext::realize_like(const TensorValue& v, const TensorMeta& meta) {
+  if (v.strided) return v;
+  return realize_with_strides(v, dense_strides_like(ctx(), meta));
 }
 
 BufferId LoweringContext::as_buffer(const TensorValue& v) {

@@ -104,10 +104,14 @@ class LoweringContext {
                                   const std::vector<sym::Expr>& red_index)>;
   TensorValue reduce(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
                      std::vector<sym::Expr> reduction_sizes, ReduceBody body);
-  // Materializes `v` into a new contiguous Intermediate buffer (no-op if already realized, i.e.
-  // `v.strided` is set). When `v` is (a reference to) the stored value of a graph Value, that
-  // Value's TensorValue is replaced by the realized one, so later users read the buffer.
+  // Materializes `v` into a new Intermediate buffer (no-op if already realized, i.e.
+  // `v.strided` is set). When `v` is (a reference to) the stored value of a graph Value, the
+  // buffer takes that Value's dense layout (dense_strides_like of its meta) and the Value's
+  // TensorValue is replaced by the realized one, so later users read the buffer; otherwise
+  // the buffer is contiguous.
   TensorValue realize(const TensorValue& v);
+  // Like realize, with the dense layout of `meta` (contiguous when meta's is not dense).
+  TensorValue realize_like(const TensorValue& v, const TensorMeta& meta);
   // Like realize, but always computes a new Intermediate buffer with the given strides (a
   // dense layout, e.g. a graph output's strides).
   TensorValue realize_with_strides(const TensorValue& v, std::vector<sym::Expr> strides);
@@ -132,6 +136,7 @@ class LoweringContext {
   const CompileOptions* options_;
   loop::LoopProgram* program_;
   std::vector<std::optional<TensorValue>> values_;  // by Value::id()
+  std::vector<const Value*> owners_;                // the Value of each set slot
   int next_var_ = 0;
   sym::Expr rng_offset_ = nullptr;
 };
