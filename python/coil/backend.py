@@ -35,6 +35,7 @@ import torch
 import torch.fx as fx
 
 from . import cuda as coil_cuda
+from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph, run_node_eagerly
@@ -175,7 +176,7 @@ class CoilGraphFn:
     _boxed_call = True
 
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
-                 options: CoilOptions, on_cuda: bool = False):
+                 options: CoilOptions, on_cuda: bool = False, replay: bool = False):
         self.name = name
         self.on_cuda = on_cuda
         self.gm = gm
@@ -183,6 +184,8 @@ class CoilGraphFn:
         self.compiled = compiled
         self.options = options
         self.eager: Callable | None = None
+        # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
+        self.replayer = GraphReplayer(name, self._run_on_stream) if replay else None
         # In the instance dict too, so that wrappers made with functools.wraps (Dynamo's
         # disable) carry it over.
         self._boxed_call = True
@@ -200,16 +203,16 @@ class CoilGraphFn:
                 env = ex.binder.env(args)
                 inputs.extend(ex.binder.carrier_tensors(env))
                 ex.call_env.env = env
-            run_kwargs = coil_cuda.run_kwargs() if self.on_cuda else {}
+            run = self.replayer or self._run_on_stream
             try:
-                outs = self.compiled.run(inputs, **run_kwargs)
+                outs = run(inputs)
             except RuntimeError as e:
                 # A tensor laid out otherwise than traced (another coil graph returned a copy
                 # where the trace had a view): copy it into the traced strides and retry.
                 fixed = ex.relayout_inputs(inputs, args, env)
                 if fixed is None or type(e).__name__ != "InputMismatchError":
                     raise
-                outs = self.compiled.run(fixed, **run_kwargs)
+                outs = run(fixed)
             if len(outs) != ex.num_tensor_outputs:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
@@ -222,6 +225,11 @@ class CoilGraphFn:
             _note_fallback(self.name, f"run failed: {_one_line(e)}")
             self.eager = _eager(self.gm)
             return self.eager(args)
+
+
+    def _run_on_stream(self, inputs: list) -> list:
+        # The current stream at each call (a CUDA graph capture runs on its own).
+        return self.compiled.run(inputs, **(coil_cuda.run_kwargs() if self.on_cuda else {}))
 
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,
@@ -274,7 +282,13 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             _report.fallback_ops[op] += 1
     log.debug("coil: compiled %s (%d nodes, %s kernels)", name, len(exported.nodes),
               artifacts.get("num_kernels"))
-    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda)
+    replay = False
+    if on_cuda and kind == "inference" and options.cuda_graphs:
+        blocker = capture_blocker(gm) or ("symbolic sizes" if exported.binder else "")
+        replay = not blocker
+        if blocker:
+            dump.note(f"no CUDA graph: {blocker}")
+    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:

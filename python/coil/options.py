@@ -57,7 +57,8 @@ def _compile_option_fields() -> dict[str, type]:
     types = {"bool": bool, "int": int, "str": str}
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
-PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "cuda_channels_last": bool}
+PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "cuda_channels_last": bool,
+                                         "cuda_graphs": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -94,6 +95,8 @@ class CoilOptions:
     cache_dir: str = ""
     # CUDA inference graphs with convolutions run their activations channels-last (layout.py).
     cuda_channels_last: bool = True
+    # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
+    cuda_graphs: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -133,7 +136,7 @@ def build_options(
     else:
         cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
     extra: dict[str, Any] = {}
-    channels_last = True
+    channels_last = graphs = True
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()
@@ -155,6 +158,8 @@ def build_options(
             cache_dir = v
         elif name == "cuda_channels_last":
             channels_last = v
+        elif name == "cuda_graphs":
+            graphs = v
         else:
             extra[name] = v
     return CoilOptions(
@@ -163,5 +168,6 @@ def build_options(
         debug_dir=debug_dir,
         cache_dir=cache_dir,
         cuda_channels_last=channels_last,
+        cuda_graphs=graphs,
         extra=tuple(sorted(extra.items())),
     )
