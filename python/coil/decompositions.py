@@ -11,7 +11,8 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     creation: full, scalar_tensor, arange/iota, empty;
     reductions: sum, mean, amax, amin, max.dim, argmax, argmin, var / std / var_mean, prod,
     any, all (mean and var_mean are kept: a reduction node is easier to fuse than its
-    decomposition, and layer/batch norm decompose *into* var_mean);
+    decomposition, and layer/batch norm decompose *into* var_mean), _softmax (its
+    decomposition's exp(x - max) has two readers, which the reuse rule may realize);
     views: view, _unsafe_view, permute, expand, squeeze, unsqueeze, slice, select, as_strided;
     cat, constant_pad_nd, embedding, index.Tensor, gather, index_select, index_put,
     scatter_add; mm / bmm / addmm (extern GEMM with a bias epilogue), convolution,
@@ -20,7 +21,7 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     prims.rev (flip), sgn, prims.sum / prims.prod (cumsum / cumprod decompose into them),
     found missing by the OpInfo sweep (docs/opinfo.md).
 
-  decomposed (this table): softmax / log_softmax and their backward, layer / batch / group
+  decomposed (this table): log_softmax, the backward of both softmaxes, layer / batch / group
     norm (all training and inference variants) and their backward, silu / hardswish /
     hardsigmoid / hardtanh / leaky_relu / elu / softplus / mish (+ backward), the losses
     (mse, nll, smooth_l1, huber, binary cross entropy), native_dropout (+backward),
@@ -75,6 +76,7 @@ PRIMITIVE_OPS = frozenset("""
     where eq ne lt le gt ge logical_and logical_or logical_not logical_xor clamp relu gelu
     gelu_backward sigmoid_backward tanh_backward threshold_backward convert_element_type
     _to_copy full scalar_tensor arange iota empty empty_strided sum mean amax amin max argmax
+    _softmax
     argmin var_mean prod any all view _unsafe_view permute expand squeeze unsqueeze slice
     select as_strided cat constant_pad_nd embedding index index_select index_put gather
     scatter_add mm bmm addmm convolution convolution_backward max_pool2d_with_indices
@@ -84,8 +86,7 @@ PRIMITIVE_OPS = frozenset("""
 
 # OpOverloadPackets (all overloads) or single OpOverloads to decompose.
 _DECOMPOSE = [
-    # softmax family
-    aten._softmax,
+    # softmax family (aten._softmax itself is lowered by C++: src/lower/reduction.cpp)
     aten._log_softmax,
     aten._softmax_backward_data,
     aten._log_softmax_backward_data,
