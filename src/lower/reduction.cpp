@@ -308,13 +308,13 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
 std::vector<TensorValue> lower_softmax(LoweringContext& ctx, const Node& node) {
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
-  COIL_USER_CHECK(rank >= 1) << "_softmax of a 0-d tensor";
-  const size_t dim = static_cast<size_t>(normalize_dim(node.arg(1, "dim")->as_int(), rank));
+  const int64_t dim_arg = node.arg(1, "dim")->as_int();
+  // A 0-d tensor is its own row (plan_reduction checks dim is 0 or -1).
+  const size_t dim = rank == 0 ? 0 : static_cast<size_t>(normalize_dim(dim_arg, rank));
   DType out = out_dtype(node, 0);
   COIL_USER_CHECK(dtype_is_floating(out)) << "_softmax of a non-floating dtype";
   DType acc = dtype_compute(out);
-  ReducePlan p = plan_reduction(ctx, x.sizes, std::vector<int64_t>{static_cast<int64_t>(dim)},
-                                /*keepdim=*/true);
+  ReducePlan p = plan_reduction(ctx, x.sizes, std::vector<int64_t>{dim_arg}, /*keepdim=*/true);
   TensorValue mx = reduce_value(ctx, x, p, ReduceKind::Max, acc, acc);
   Loader ml = mx.load;
   PreFn shifted_exp = [ml, acc](BodyBuilder& b, InstrId v, const std::vector<Expr>& out_idx) {
@@ -327,7 +327,7 @@ std::vector<TensorValue> lower_softmax(LoweringContext& ctx, const Node& node) {
       out, x.sizes,
       [xl, ml, sl, dim, acc, out, &c](BodyBuilder& b, const std::vector<Expr>& idx) {
         std::vector<Expr> row = idx;
-        row[dim] = c.zero();
+        if (!row.empty()) row[dim] = c.zero();
         InstrId v = b.cast(xl(b, idx), acc);
         InstrId e = b.op(InstrKind::Exp, acc, b.op(InstrKind::Sub, acc, v, ml(b, row)));
         return b.cast(b.op(InstrKind::Div, acc, e, sl(b, row)), out);

@@ -60,3 +60,10 @@ def test_masked_softmax_is_one_row_kernel_storing_only_its_result(tmp_path):
     assert "reduce max" in steps[0] and "(local)" in steps[0]
     assert "reduce sum" in steps[1] and "(local)" in steps[1]
     assert "pointwise [2, 3, 16, 16]" in steps[2]
+
+
+def test_zero_dim_softmax_is_one_or_nan():
+    f = _compile(lambda a: torch.softmax(a, 0))
+    for v in (1.5, float("inf"), float("nan")):
+        x = torch.tensor(v)
+        torch.testing.assert_close(f(x), torch.softmax(x, 0), equal_nan=True)
