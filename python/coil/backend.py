@@ -243,7 +243,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
-        if on_cuda and kind == "inference" and options.cuda_channels_last:
+        if kind == "inference" and options.channels_last:
             note = channels_last_convolutions(gm)
             if note:
                 log.debug("coil: %s: %s", name, note)

@@ -1,10 +1,11 @@
-"""Channels-last activations for convolution graphs on the GPU (a graph pass before export).
+"""Channels-last activations for convolution graphs (a graph pass before export).
 
 cuDNN runs bf16, fp16 and TF32 convolutions in NHWC. Handed NCHW tensors it transposes the
 input in and the result back on every call: on the H100 these transposes took 1.1 ms of
 ResNet-50's 5.3 ms (batch 64, bf16), and NCHW's narrow rows (W = 7..56) also kept coil's
 BatchNorm/ReLU kernels off their vector entry points. Inductor's layout optimization makes the
-same choice.
+same choice on the GPU. On the CPU, oneDNN's convolutions also prefer NHWC: ResNet-18 inference
+(batch 8, 224x224, f32, 2 threads) took 180-188 ms against 193-202 ms in NCHW.
 
 The pass copies each 4-d convolution input that is not channels-last into channels-last (in
 practice only the image: every later activation inherits the layout), then recomputes every

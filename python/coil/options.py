@@ -57,7 +57,7 @@ def _compile_option_fields() -> dict[str, type]:
     types = {"bool": bool, "int": int, "str": str}
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
-PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "cuda_channels_last": bool,
+PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "cuda_graphs": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -93,8 +93,8 @@ class CoilOptions:
     debug: bool = False
     debug_dir: str = "coil_debug"
     cache_dir: str = ""
-    # CUDA inference graphs with convolutions run their activations channels-last (layout.py).
-    cuda_channels_last: bool = True
+    # Inference graphs with convolutions run their activations channels-last (layout.py).
+    channels_last: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
@@ -156,7 +156,7 @@ def build_options(
             debug = debug or bool(v)
         elif name == "cache_dir":
             cache_dir = v
-        elif name == "cuda_channels_last":
+        elif name == "channels_last":
             channels_last = v
         elif name == "cuda_graphs":
             graphs = v
@@ -167,7 +167,7 @@ def build_options(
         debug=debug,
         debug_dir=debug_dir,
         cache_dir=cache_dir,
-        cuda_channels_last=channels_last,
+        channels_last=channels_last,
         cuda_graphs=graphs,
         extra=tuple(sorted(extra.items())),
     )

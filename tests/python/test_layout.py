@@ -1,6 +1,6 @@
 """The channels-last pass for convolution graphs (python/coil/layout.py): run directly on ATen
-graphs on the CPU (the backend applies it to CUDA inference graphs only), the result compiled by
-coil and compared with eager; and through torch.compile on a GPU."""
+graphs, the result compiled by coil and compared with eager; through torch.compile (inference
+graphs get it, training graphs not; the option turns it off), on the CPU and on a GPU."""
 
 from __future__ import annotations
 
@@ -114,8 +114,8 @@ def test_graphs_without_convolutions_are_untouched():
 
 
 def test_option_parses():
-    assert build_options({}).cuda_channels_last is True
-    assert build_options({"cuda_channels_last": False}).cuda_channels_last is False
+    assert build_options({}).channels_last is True
+    assert build_options({"channels_last": False}).channels_last is False
 
 
 @pytest.mark.gpu
@@ -136,3 +136,25 @@ def test_cuda_inference_graph_runs_channels_last(tmp_path, dtype):
         assert g.stride() == w.stride()
     notes = "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
     assert "channels-last activations for 5 convolution(s)" in notes
+
+
+def test_backend_applies_it_to_inference_graphs_only(tmp_path):
+    model = _model()
+    x = torch.randn(2, 3, 20, 20)
+
+    def passes(options, grad):
+        torch._dynamo.reset()
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}"
+        compiled = torch.compile(model, backend="coil",
+                                 options={"strict": True, "debug_dir": str(out), **options})
+        with torch.set_grad_enabled(grad):
+            got = compiled(x.requires_grad_(grad))
+            want = model(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+        return "".join(p.read_text() for p in out.glob("*/00_passes.txt"))
+
+    assert "channels-last activations for 5 convolution(s)" in passes({}, grad=False)
+    assert passes({"channels_last": False}, grad=False) == ""
+    model.train(False)
+    assert passes({}, grad=True) == ""  # forward/backward graphs keep NCHW
