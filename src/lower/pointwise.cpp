@@ -7,6 +7,7 @@
 
 #include "coil/graph/tensor_meta.h"
 #include "coil/lower/lowering.h"
+#include "coil/ops/meta_util.h"
 #include "coil/support/error.h"
 
 namespace coil::lower {
@@ -24,6 +25,8 @@ struct Operand {
   double f = 0;
   int64_t i = 0;
   sym::Expr s = nullptr;
+  // A tensor in a Scalar slot of the schema (ops::is_scalar_slot): promotes as a Python number.
+  bool wrapped = false;
 
   bool is_tensor() const { return kind == Tensor; }
   // The scalar's own dtype (for promotion: floats count as the default dtype).
@@ -54,6 +57,7 @@ Operand arg_operand(LoweringContext& lc, const Node& node, size_t i, std::string
   if (a->is_value()) {
     o.kind = Operand::Tensor;
     o.t = lc.value(a->value());
+    o.wrapped = ops::is_scalar_slot(node.op(), i);
   } else if (a->is_double()) {
     o.kind = Operand::Float;
     o.f = a->as_double();
@@ -94,7 +98,12 @@ DType result_type(const std::vector<const Operand*>& ops) {
   std::optional<DType> dim_r, zero_r, wrapped_r;
   auto upd = [](std::optional<DType>& r, DType t) { r = r ? dtype_promote(*r, t) : t; };
   for (const Operand* o : ops) {
-    if (o->is_tensor()) {
+    if (o->is_tensor() && o->wrapped) {
+      // A symbolic Python number's carrier promotes as that number: floats as f32 (the
+      // default dtype), ints as i64, bools as bool.
+      DType t = o->t.dtype;
+      upd(wrapped_r, dtype_is_floating(t) ? DType::Float32 : t == DType::Bool ? t : DType::Int64);
+    } else if (o->is_tensor()) {
       upd(o->t.sizes.empty() ? zero_r : dim_r, o->t.dtype);
     } else {
       upd(wrapped_r, o->scalar_dtype());

@@ -131,6 +131,16 @@ DType result_type(const std::vector<PromoOperand>& operands) {
   return *r;
 }
 
+bool is_scalar_slot(std::string_view op, size_t i) {
+  const std::string_view overload = op.substr(op.rfind('.') + 1);
+  if (overload == "Scalar" && op.rfind("aten.where.", 0) == 0) return i == 1 || i == 2;
+  if (overload == "Scalar" || overload == "Tensor_Scalar" || overload == "Scalar_mode")
+    return i == 1;
+  if (overload == "ScalarSelf") return i == 1;
+  if (overload == "ScalarOther") return i == 2;
+  return false;
+}
+
 std::optional<PromoOperand> promo_operand(const Arg& a) {
   if (a.is_value()) {
     const TensorMeta& m = a.value()->meta();

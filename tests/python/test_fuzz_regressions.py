@@ -404,3 +404,10 @@ def test_reshape_of_expanded_input_and_cat_backward(real_coil, dynamic):
     x5 = torch.randn(3, 5, 4, 12, generator=g)[:, :, ::2]
     check(f, x2, x3, x4, x5, dynamic=dynamic, grad=True)
     check(views, x2, dynamic=dynamic)
+
+
+def test_scalar_overload_with_a_symbolic_float_keeps_the_tensor_dtype(real_coil):
+    # Seed 5634: var's backward under dynamic=True multiplies by 1 / (n - 1), a SymFloat that
+    # reaches coil as an f64[] input in mul.Scalar's `other` slot. It promoted as a 0-d f64
+    # tensor (result f64, PyTorch's meta says f32) and strict mode refused the graph.
+    check(lambda x: (torch.var(x, 0, correction=1),), torch.randn(17), dynamic=True, grad=True)

@@ -36,6 +36,11 @@ struct PromoOperand {
 DType result_type(const std::vector<PromoOperand>& operands);
 // The promotion operand of an arg: tensor values and Python numbers; nullopt for others.
 std::optional<PromoOperand> promo_operand(const Arg& a);
+// Whether positional operand `i` of pointwise op `op` is a Scalar in its schema
+// (aten.mul.Scalar's `other`, where.ScalarOther's `other`, ...). A graph value there is a 0-d
+// carrier of a symbolic Python number (a SymFloat passed as f64[]): it promotes as the number
+// it carries, not as a 0-d tensor (f32[] * f64[] carrier is f32, as mul.Scalar(f32, 2.5) is).
+bool is_scalar_slot(std::string_view op, size_t i);
 
 // Strides of a fresh result of `sizes` laid out like the inputs (PyTorch's TensorIterator
 // rule: dims ordered by the inputs' strides, broadcast dims ignored); row-major when the
