@@ -93,7 +93,9 @@ class GraphReplayer:
         if self.seen is not None:
             self.copied.update(i for i, (a, b) in enumerate(zip(addresses, self.seen)) if a != b)
         self.seen = addresses
-        if self.disabled:
+        if self.disabled or torch.cuda.is_current_stream_capturing():
+            # Inside the caller's own capture (torch.cuda.graph around the compiled model) the
+            # ordinary call is what gets captured; a synchronize or a replay would break it.
             return self.run(list(inputs))
         if self.graph is not None:
             if all(addresses[i] == self.addresses[i] for i in range(len(inputs))
