@@ -411,3 +411,14 @@ def test_scalar_overload_with_a_symbolic_float_keeps_the_tensor_dtype(real_coil)
     # reaches coil as an f64[] input in mul.Scalar's `other` slot. It promoted as a 0-d f64
     # tensor (result f64, PyTorch's meta says f32) and strict mode refused the graph.
     check(lambda x: (torch.var(x, 0, correction=1),), torch.randn(17), dynamic=True, grad=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int64])
+def test_pow_scalar_base_promotes_with_the_exponent_tensor(real_coil, dtype):
+    # pow.Scalar(Scalar self, Tensor exponent): the scalar slot is the base (position 0), not
+    # position 1 as in mul.Scalar; fuzz seeds 6500:7300 caught the exponent promoted as a
+    # number (f16 ** -> f32).
+    e = torch.arange(1, 7).to(dtype).reshape(2, 3)
+    check(lambda t: (torch.pow(2.5, t), torch.pow(2, t)), e)
+    check(lambda t: (torch.pow(1.5, t),), torch.randn(5, 4).to(dtype) if dtype.is_floating_point
+          else e, dynamic=True)
