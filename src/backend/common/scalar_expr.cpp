@@ -16,6 +16,18 @@ using loop::InstrKind;
 
 std::string compute_ctype(DType t) { return std::string(dtype_ctype(dtype_compute(t))); }
 
+std::string stored_value(DType t, const std::string& v) {
+  if (t == DType::BFloat16) return "coil::to_bf16(" + v + ")";
+  if (t == DType::Float16) return "coil::to_half(" + v + ")";
+  return std::string(dtype_ctype(t)) + "(" + v + ")";
+}
+
+std::string rounded_value(DType t, const std::string& v) {
+  if (t == DType::BFloat16 || t == DType::Float16)
+    return "coil::to_f32(" + stored_value(t, v) + ")";
+  return v;
+}
+
 std::string float_literal(double v, DType t) {
   bool is_f32 = dtype_compute(t) == DType::Float32;
   std::string T = is_f32 ? "float" : "double";
@@ -92,18 +104,13 @@ std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprH
         const InstrId x = truncated_float_source(b, in);
         if (x >= 0) {
           const std::string v = "(coil::m::trunc(" + T + "(" + h.value(x) + ")) + " + T + "(0))";
-          if (in.dtype == DType::BFloat16) return "coil::to_f32(coil::to_bf16(" + v + "))";
-          if (in.dtype == DType::Float16) return "coil::to_f32(coil::to_half(" + v + "))";
-          return v;
+          return rounded_value(in.dtype, v);
         }
       }
       if (in.dtype == DType::BFloat16 || in.dtype == DType::Float16) {
         // Integers reach bf16/f16 through float, as c10's conversions do (and to_bf16 has only
         // float and double overloads).
-        const std::string v = opd_integral(0) ? "float(" + a() + ")" : a();
-        return std::string(in.dtype == DType::BFloat16 ? "coil::to_f32(coil::to_bf16("
-                                                       : "coil::to_f32(coil::to_half(") +
-               v + "))";
+        return rounded_value(in.dtype, opd_integral(0) ? "float(" + a() + ")" : a());
       }
       return T + "(" + a() + ")";
     }

@@ -380,16 +380,11 @@ class KernelEmitter {
   void emit_store(const ComputeNode& n, const std::string& v) {
     DType t = buf(n.out).dtype;
     if (locals_.count(n.out)) {
-      std::string val = v;
-      if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
-      if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
-      line(local_name(n.out) + " = " + val + ";");
+      line(local_name(n.out) + " = " + rounded_value(t, v) + ";");
       return;
     }
-    std::string val = t == DType::BFloat16  ? "coil::to_bf16(" + v + ")"
-                      : t == DType::Float16 ? "coil::to_half(" + v + ")"
-                                            : ctype(t) + "(" + v + ")";
-    line(buf(n.out).name + "[" + index_text(flat_index(n.out, n.store_index)) + "] = " + val + ";");
+    line(buf(n.out).name + "[" + index_text(flat_index(n.out, n.store_index)) +
+         "] = " + stored_value(t, v) + ";");
   }
 
   struct ReduceOps {

@@ -2,6 +2,8 @@
 // access is contiguous and aligned (kernel_emitter.h; docs/cuda-backend.md).
 #include "kernel_emitter.h"
 
+#include "coil/backend/common/scalar_expr.h"
+
 #include "coil/support/error.h"
 
 #pragma GCC diagnostic error "-Wswitch"
@@ -185,7 +187,7 @@ void KernelEmitter::emit_pointwise() {
     if (locals_.count(n.out)) {
       emit_store(n, v);
     } else {
-      line("S" + std::to_string(m) + ".v[u_] = " + store_value(buf(n.out).dtype, v) + ";");
+      line("S" + std::to_string(m) + ".v[u_] = " + stored_value(buf(n.out).dtype, v) + ";");
     }
     close();
   }

@@ -273,7 +273,7 @@ void KernelEmitter::emit_rows() {
                         bind_member_names(m, ivars);
                         std::string v = emit_body(n);
                         if (!row_store_.empty()) {
-                          line(row_store_ + " = " + store_value(buf(n.out).dtype, v) + ";");
+                          line(row_store_ + " = " + stored_value(buf(n.out).dtype, v) + ";");
                         } else {
                           emit_store(n, v);
                         }

@@ -217,10 +217,7 @@ void KernelEmitter::decompose_text(const std::string& flat, const std::vector<st
 // stored value is; loads of exactly that element by later members read the register.
 void KernelEmitter::keep_row_value(const ComputeNode& n, const std::string& v) {
   DType t = buf(n.out).dtype;
-  std::string val = v;
-  if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
-  if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
-  if (t == DType::Bool) val = "bool(" + v + ")";
+  std::string val = t == DType::Bool ? "bool(" + v + ")" : rounded_value(t, v);
   line(local_name(n.out) + " = " + val + ";");
   row_values_[n.out] = idx(flat_index(n.out, n.store_index));
 }
@@ -232,22 +229,13 @@ void KernelEmitter::declare_local(size_t m) {
   if (locals_.count(n.out)) line(compute_ctype(buf(n.out).dtype) + " " + local_name(n.out) + ";");
 }
 
-std::string KernelEmitter::store_value(DType t, const std::string& v) {
-  if (t == DType::BFloat16) return "coil::to_bf16(" + v + ")";
-  if (t == DType::Float16) return "coil::to_half(" + v + ")";
-  return ctype(t) + "(" + v + ")";
-}
-
 void KernelEmitter::emit_store(const ComputeNode& n, const std::string& v) {
   DType t = buf(n.out).dtype;
   if (locals_.count(n.out)) {
-    std::string val = v;
-    if (t == DType::BFloat16) val = "coil::to_f32(coil::to_bf16(" + v + "))";
-    if (t == DType::Float16) val = "coil::to_f32(coil::to_half(" + v + "))";
-    line(local_name(n.out) + " = " + val + ";");
+    line(local_name(n.out) + " = " + rounded_value(t, v) + ";");
     return;
   }
-  line(buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] = " + store_value(t, v) +
+  line(buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] = " + stored_value(t, v) +
        ";");
 }
 

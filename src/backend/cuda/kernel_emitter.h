@@ -107,7 +107,6 @@ class KernelEmitter {
   void keep_row_value(const ComputeNode& n, const std::string& v);
   std::string local_name(BufferId b);
   void declare_local(size_t m);
-  std::string store_value(DType t, const std::string& v);
   void emit_store(const ComputeNode& n, const std::string& v);
   // ---------------------------------------------------------------- bodies
   std::string tmp(InstrId i);

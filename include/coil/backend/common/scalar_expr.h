@@ -18,6 +18,14 @@ std::string compute_ctype(DType t);
 // A floating literal of the compute type of `t` (nan and inf through coil::numeric).
 std::string float_literal(double v, DType t);
 
+// `v` (a compute-type expression) converted to the stored type `t`: coil::to_bf16 /
+// coil::to_half for the 16-bit floats, a C++ cast otherwise.
+std::string stored_value(DType t, const std::string& v);
+
+// `v` rounded to `t` and kept in the compute type (a bf16/f16 value held in a float register
+// as the store would round it); other types unchanged.
+std::string rounded_value(DType t, const std::string& v);
+
 struct ScalarExprHooks {
   std::function<std::string(loop::InstrId)> value;  // the name holding an instruction's value
   std::function<std::string(sym::Expr)> index;      // index math printed as C++
