@@ -599,7 +599,12 @@ class _Exporter:
             if src in self.ids and isinstance(self.ids[src], tuple):
                 v = self.ids[src][idx]
                 if v is None:
-                    self.folded[node] = None
+                    # Not a tensor: None, or a size the op returns beside its tensors (the fused
+                    # attention ops' max_q / max_k), folded to its value.
+                    val = node.meta.get("val")
+                    scalar = isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool)
+                    folded = _symint_value(val) if scalar else None
+                    self.folded[node] = val if isinstance(folded, str) else folded
                 else:
                     self.ids[node] = v
                 return
@@ -647,8 +652,10 @@ class _Exporter:
                 self.folded[node] = v if isinstance(v, int) else val
                 return
             raise ExportError(f"{name}: non-tensor result {type(val).__name__} not supported")
-        for o in outs:
-            if o is not None and not _is_tensor(o):
+        for k, o in enumerate(outs):
+            if isinstance(o, (int, torch.SymInt)) and not isinstance(o, bool) and not single:
+                outs[k] = None  # a size beside the tensors: not an output of the graph node
+            elif o is not None and not _is_tensor(o):
                 raise ExportError(f"{name}: result holds a {type(o).__name__}")
         node_args = list(node.args)
         if name in _RESHAPE_OPS and single and len(node_args) >= 2:
@@ -960,8 +967,20 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
         )
     out = node.target(*args, **kwargs)
     if isinstance(out, torch.Tensor):
-        out = [out]
-    return [_materialize(o) for o in out if o is not None]
+        return [_materialize(out)]
+    # One tensor per output the export declared (a tensor in meta['val']). An op may leave an
+    # output undefined at run time that its meta function allocates (cuDNN attention's
+    # logsumexp without grad): nothing reads it, so an empty stand-in of its shape keeps the
+    # runtime's positions.
+    results = []
+    for o, m in zip(out, node.meta["val"]):
+        if not isinstance(m, torch.Tensor):
+            continue
+        if o is None:
+            sizes = [s if isinstance(s, int) else _concrete(s, env) for s in m.shape]
+            o = torch.empty(sizes, dtype=m.dtype, device=m.device)
+        results.append(_materialize(o))
+    return results
 
 
 def _materialize(t: torch.Tensor) -> torch.Tensor:

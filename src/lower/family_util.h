@@ -29,6 +29,14 @@ inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
   return e;
 }
 
+// On CUDA some ops run through ATen (the host callback, on the GPU) as extern kernels, like a
+// matmul, not as fallbacks of the op: index_put / scatter / embedding backward (the runtime's own
+// kernels work on host memory) and scaled-dot-product attention (ATen's fused kernels). The
+// extern is the graph node itself (kind Fallback: the host runs it by position with the node's
+// tensor inputs; docs/cuda-backend.md). Defined in index.cpp.
+bool on_cuda(const Node& node);
+std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
+
 inline int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {
   const Arg* a = node.arg(i, name);
   if (a == nullptr || a->is_none()) return def;

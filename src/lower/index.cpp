@@ -90,6 +90,26 @@ InstrId load_or(BodyBuilder& b, sym::Context& c, const TensorValue& v,
   return b.op(InstrKind::Where, t, m, x, b.cast(other, t));
 }
 
+bool on_cuda(const Node& node) {
+  return !node.outputs().empty() && node.output(0)->meta().device == Device::CUDA;
+}
+
+std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node) {
+  loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Fallback);
+  for (const Value* v : node.input_values()) e.inputs.push_back(ctx.as_buffer(ctx.value(v)));
+  std::vector<TensorValue> outs;
+  for (const Value* v : node.outputs()) {
+    loop::BufferId id = ctx.new_buffer(v->meta().dtype, v->meta().sizes);
+    auto& buf = ctx.program().buffers[id];
+    buf.strides = dense_strides_like(ctx.ctx(), v->meta());
+    buf.device = v->meta().device;
+    e.outputs.push_back(id);
+    outs.push_back(ctx.from_buffer(id));
+  }
+  ctx.add_extern(std::move(e));
+  return outs;
+}
+
 }  // namespace detail
 
 namespace {
@@ -543,30 +563,6 @@ std::vector<TensorValue> lower_slice_scatter(LoweringContext& ctx, const Node& n
 }
 
 // --- extern kernels: index_put, scatter, scatter_add, embedding_dense_backward
-
-// On CUDA the index externs run through ATen (the host callback, on the GPU): the runtime's
-// IndexPut/ScatterAdd kernels work on host memory. The extern is the graph node itself (kind
-// Fallback: the host runs it by position with the node's tensor inputs), an extern kernel like
-// a matmul, not a fallback of the op (docs/cuda-backend.md).
-bool on_cuda(const Node& node) {
-  return !node.outputs().empty() && node.output(0)->meta().device == Device::CUDA;
-}
-
-std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node) {
-  loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Fallback);
-  for (const Value* v : node.input_values()) e.inputs.push_back(ctx.as_buffer(ctx.value(v)));
-  std::vector<TensorValue> outs;
-  for (const Value* v : node.outputs()) {
-    loop::BufferId id = ctx.new_buffer(v->meta().dtype, v->meta().sizes);
-    auto& buf = ctx.program().buffers[id];
-    buf.strides = dense_strides_like(ctx.ctx(), v->meta());
-    buf.device = v->meta().device;
-    e.outputs.push_back(id);
-    outs.push_back(ctx.from_buffer(id));
-  }
-  ctx.add_extern(std::move(e));
-  return outs;
-}
 
 // IndexPut: inputs {self, index_0..index_{k-1}, values}, ints {accumulate, dim_0..dim_{k-1}}.
 TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const TensorValue& self,

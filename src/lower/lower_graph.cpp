@@ -5,6 +5,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/lower/realize.h"
 #include "coil/support/error.h"
+#include "family_util.h"
 
 namespace coil::lower {
 
@@ -51,23 +52,11 @@ void add_size_symbols(const Graph& graph, loop::LoopProgram& prog) {
   }
 }
 
-void lower_fallback(LoweringContext& lc, const Node& node, int position) {
-  loop::ExternNode ext;
-  ext.kind = loop::ExternKind::Fallback;
-  ext.graph_node = position;
-  ext.op = node.op();
-  for (const Value* v : node.input_values()) ext.inputs.push_back(lc.as_buffer(lc.value(v)));
-  std::vector<loop::BufferId> outs;
-  for (const Value* v : node.outputs()) {
-    loop::BufferId id = lc.new_buffer(v->meta().dtype, v->meta().sizes);
-    auto& buf = lc.program().buffers[id];
-    buf.strides = dense_strides_like(lc.ctx(), v->meta());
-    buf.device = v->meta().device;
-    ext.outputs.push_back(id);
-    outs.push_back(id);
-  }
-  lc.add_extern(std::move(ext));
-  for (size_t k = 0; k < outs.size(); ++k) lc.set_value(node.output(k), lc.from_buffer(outs[k]));
+// An op without a lowering (or whose lowering refused it) runs eagerly on the host, by its
+// position, with the node's tensor inputs: the same extern as ATen-backed CUDA ops.
+void fallback(LoweringContext& lc, const Node& node) {
+  std::vector<TensorValue> outs = detail::aten_extern(lc, node);
+  for (size_t k = 0; k < outs.size(); ++k) lc.set_value(node.output(k), outs[k]);
 }
 
 }  // namespace
@@ -103,7 +92,7 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
     if (fn == nullptr) {
       COIL_USER_CHECK(!options.strict) << node.op() << ": no lowering";
       res.fallback_ops.push_back(node.op() + ": no lowering");
-      lower_fallback(lc, node, static_cast<int>(pos));
+      fallback(lc, node);
       continue;
     }
     std::vector<TensorValue> outs;
@@ -113,7 +102,7 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
       if (options.strict) throw;
       // Whatever the lowering added before failing stays as dead steps; the scheduler drops them.
       res.fallback_ops.push_back(node.op() + ": " + e.what());
-      lower_fallback(lc, node, static_cast<int>(pos));
+      fallback(lc, node);
       continue;
     }
     COIL_CHECK(outs.size() == node.outputs().size())

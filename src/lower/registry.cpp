@@ -44,6 +44,7 @@ const LoweringRegistry& lowering_registry() {
     register_index_lowerings(r);
     register_linalg_lowerings(r);
     register_pool_lowerings(r);
+    register_attention_lowerings(r);
     r.finish();
     return r;
   }();

@@ -159,7 +159,7 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
     const cu::CudaKernel& kern = source.kernels[i];
     const cu::Module& module = *(*modules)[unit_of[source.distinct_of[i]]];
     std::array<void*, 4> fns{nullptr, nullptr, nullptr, nullptr};
-    const int entries = kern.kind == cu::KernelKind::Pointwise ? 2 : 4;
+    const int entries = kern.kind == cu::KernelKind::Pointwise ? 3 : 4;
     for (int e = 0; e < entries; ++e) {
       std::string name = cu::entry_name(kern, e);
       if (!name.empty()) fns[e] = module.function(name);

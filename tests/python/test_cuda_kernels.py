@@ -61,6 +61,41 @@ def test_pointwise_broadcast_and_transposed():
     _check(lambda a, c: a + c.t() * 3, x, t)
 
 
+# Transposed reads take the tiled entry point (32 x 32 tiles through shared memory): ragged
+# edges, several transposed inputs (more than the 4 tiles a kernel keeps: the rest read global
+# memory), 4-d head splits as attention's k^T, every dtype, large enough to be autotuned.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("shape", [(33, 65), (1000, 37), (2048, 1024)])
+def test_tiled_transpose(dtype, shape):
+    def make(*s):
+        if dtype == torch.bool:
+            return torch.rand(*s, device="cuda") > 0.5
+        if dtype == torch.int64:
+            return torch.randint(-100, 100, s, device="cuda")
+        return _randn(*s, dtype=dtype)
+
+    x, y = make(*shape), make(*shape[::-1])
+    if dtype == torch.bool:
+        _check(lambda a, b: a.t() ^ b, x, y, dtype=dtype)
+    else:
+        _check(lambda a, b: a.t() * 2 + b, x, y, dtype=dtype)
+        _check(lambda a: a.t().contiguous(), x, dtype=dtype)
+
+
+@pytest.mark.gpu
+def test_tiled_many_transposed_inputs_and_head_split():
+    ins = [_randn(96, 200) for _ in range(6)]
+    _check(lambda *t: sum(u.t() * (i + 1) for i, u in enumerate(t)), *ins)
+    qkv = _randn(4, 70, 3 * 256, dtype=torch.bfloat16)
+
+    def kt(a):
+        k = a[..., 256:512].view(4, 70, 4, 64).permute(0, 2, 3, 1)  # [b, h, e, t]
+        return k.contiguous() * 0.5
+
+    _check(kt, qkv, dtype=torch.bfloat16)
+
+
 @pytest.mark.gpu
 def test_pointwise_unaligned_view():
     x = _randn(4097)

@@ -77,6 +77,7 @@ void register_reduction_lowerings(LoweringRegistry& r);
 void register_index_lowerings(LoweringRegistry& r);
 void register_linalg_lowerings(LoweringRegistry& r);
 void register_pool_lowerings(LoweringRegistry& r);
+void register_attention_lowerings(LoweringRegistry& r);
 
 class LoweringContext {
  public:

@@ -127,6 +127,7 @@ void KernelEmitter::emit_pointwise() {
   close();
   close();
   line("");
+  emit_pointwise_tiled(order);
   if (k == 0) return;
   const size_t inner = order.back();
   const int vec = vector_width(inner);

@@ -281,9 +281,9 @@ std::string KernelEmitter::load_expr(const Instr& in, InstrId id) {
     v = *pos == 0 ? "rng_seed" : "rng_offset";
   } else {
     const loop::Buffer& B = buf(in.buffer);
-    auto it = vec_mode_ ? vec_loads_.find({member_, id}) : vec_loads_.end();
+    auto it = vec_mode_ || tile_mode_ ? vec_loads_.find({member_, id}) : vec_loads_.end();
     if (it != vec_loads_.end()) {
-      v = it->second + ".v[u_]";
+      v = vec_mode_ ? it->second + ".v[u_]" : it->second;
     } else {
       v = B.name + "[" + idx(flat_index(in.buffer, in.index)) + "]";
     }

@@ -1,9 +1,11 @@
 // The CUDA emitter's kernel writer (internal to src/backend/cuda): one KernelEmitter writes
 // one KernelPlan's CUDA C++ (its entry points, emit_cuda.h's ABI) and describes it. Its
 // members are defined by kind: kernel_emitter.cpp (text, parameters, bodies, loads and
-// stores), emit_pointwise.cpp (pointwise kernels), emit_rows.cpp (row kernels).
+// stores), emit_pointwise.cpp (pointwise kernels), emit_tiled.cpp (their tiled entry point for
+// transposed access), emit_rows.cpp (row kernels).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -76,6 +78,10 @@ class KernelEmitter {
   int vector_width(size_t inner);
   bool starts_aligned(const std::vector<Expr>& starts, int vec);
   void emit_pointwise();
+  // ---------------------------------------------------------------- tiled pointwise (_t)
+  bool transposed_load(const ComputeNode& n, const Instr& in, size_t inner);
+  std::optional<size_t> tile_dim(size_t inner);
+  void emit_pointwise_tiled(const std::vector<size_t>& order);
   // ---------------------------------------------------------------- row kernels
   std::pair<Expr, Expr> row_inner_var(const ComputeNode& n);
   int row_vector_width();
@@ -125,6 +131,7 @@ class KernelEmitter {
   std::unordered_map<Expr, std::string> sym_names_;
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
+  bool tile_mode_ = false;  // vec_loads_ name shared-memory tile elements (emit_pointwise_tiled)
   size_t member_ = 0;
   bool row_vec_ = false;   // emitting a row kernel templated on its step width V
   std::string row_store_;  // in a vector row loop: where a row member's element goes

@@ -14,8 +14,9 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) {
 std::string entry_name(const CudaKernel& k, int entry) {
   const std::string& base = k.entry.empty() ? k.name : k.entry;
   if (k.kind == KernelKind::Pointwise) {
-    if (entry == 1 && k.vec == 0) return "";
-    return base + (entry == 0 ? "_s" : "_v");
+    if ((entry == 1 && k.vec == 0) || (entry == 2 && k.tile == 0)) return "";
+    static const char* const pointwise[] = {"_s", "_v", "_t"};
+    return base + pointwise[entry];
   }
   if (entry >= 2 && k.vec == 0) return "";
   if (entry == 0 && k.vec > 0) return "";  // vector row kernels have no scalar _w
@@ -28,6 +29,13 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
   LaunchConfig c;
   const int64_t sms = std::max(1, dev.sm_count);
   if (k.kind == KernelKind::Pointwise) {
+    if (k.tile > 0) {
+      // One tile per block and iteration.
+      c.entry = 2;
+      c.block = kTiledBlock;
+      c.grid = clamp_grid(ceil_div(work, int64_t{k.tile} * k.tile), sms * 16);
+      return c;
+    }
     int64_t threads = work;
     if (k.vec > 0 && aligned) {
       c.entry = 1;
@@ -70,6 +78,16 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
   };
   const int64_t sms = std::max(1, dev.sm_count);
   if (k.kind == KernelKind::Pointwise) {
+    if (k.tile > 0) {
+      // The tiled entry's block is fixed; its grid cap, and the untiled scalar entry (better
+      // where the transposed input is small next to the rest), are measured.
+      for (int64_t cap : {int64_t{8}, int64_t{32}, int64_t{1} << 20})
+        add({2, clamp_grid(ceil_div(work, int64_t{k.tile} * k.tile), sms * cap), kTiledBlock});
+      CudaKernel untiled = k;
+      untiled.tile = 0;
+      for (const LaunchConfig& c : launch_candidates(untiled, work, row_size, aligned, dev)) add(c);
+      return out;
+    }
     const int entry = out[0].entry;
     const int64_t threads = entry == 1 ? work / k.vec : work;
     for (int64_t b : {128, 256, 512, 1024}) {

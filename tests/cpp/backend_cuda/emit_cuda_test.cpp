@@ -208,6 +208,54 @@ TEST(EmitCuda, LoweredGraphsCompile) {
   }
 }
 
+// A transposed read (attention's k^T materialized for a bmm; a bias added to a permuted input)
+// gets the tiled entry point _t: both tile phases, shared arrays with a padded pitch, the
+// transposed load read from shared memory, the contiguous one from global memory.
+TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
+  CudaSource src = emit_graph(
+      "graph(%0: bf16[8, 70, 12, 64]@cuda, %1: bf16[70]@cuda):\n"
+      "  %2: bf16[8, 12, 64, 70]{53760, 64, 1, 768}@cuda = aten.permute.default(%0, [0, 2, 3, 1])\n"
+      "  %3: bf16[8, 12, 64, 70]@cuda = aten.add.Tensor(%2, %1)\n"
+      "  return (%3)\n");
+  ASSERT_EQ(src.kernels.size(), 1u);
+  const auto& k = src.kernels[0];
+  EXPECT_EQ(k.kind, KernelKind::Pointwise);
+  EXPECT_EQ(k.tile, 64);  // 2-byte elements
+  EXPECT_EQ(k.vec, 0);
+  EXPECT_EQ(backend::cuda::entry_name(k, 2), k.name + "_t");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  EXPECT_NE(code.find("__shared__ coil::bf16 t0_[64][64 + 2];"), std::string::npos) << code;
+  EXPECT_NE(code.find("t0_[i_][j_] = "), std::string::npos) << code;
+  EXPECT_NE(code.find("coil::to_f32(t0_[j_][i_])"), std::string::npos) << code;
+  EXPECT_EQ(code.find("t1_"), std::string::npos) << "the bias is contiguous: no tile";
+  expect_compiles(src);
+  backend::cuda::DeviceInfo dev;
+  dev.sm_count = 132;
+  auto c = backend::cuda::choose_launch(k, 8 * 12 * 64 * 70, 1, true, dev);
+  EXPECT_EQ(c.entry, 2);
+  EXPECT_EQ(c.block, backend::cuda::kTiledBlock);
+  // Measured candidates include the untiled scalar entry point.
+  bool scalar = false;
+  for (const auto& cand : backend::cuda::launch_candidates(k, 1 << 22, 1, true, dev))
+    scalar |= cand.entry == 0;
+  EXPECT_TRUE(scalar);
+  // Symbolic sizes: 64-bit indices, ragged edge tiles guarded.
+  CudaSource sym = emit_graph(
+      "graph(%0: f32[s0, s1]{s1, 1}@cuda):\n"
+      "  %1: f32[s1, s0]{1, s1}@cuda = aten.permute.default(%0, [1, 0])\n"
+      "  %2: f32[s1, s0]@cuda = aten.mul.Tensor(%1, 2)\n"
+      "  return (%2)\n");
+  ASSERT_EQ(sym.kernels.size(), 1u);
+  EXPECT_EQ(sym.kernels[0].tile, 32);  // 4-byte elements
+  expect_compiles(sym);
+  // Contiguous pointwise: no tiled entry point.
+  CudaSource plain = emit_graph(
+      "graph(%0: f32[64, 70]@cuda):\n"
+      "  %1: f32[64, 70]@cuda = aten.mul.Tensor(%0, 2)\n"
+      "  return (%1)\n");
+  EXPECT_EQ(plain.kernels[0].tile, 0);
+}
+
 // Repeated layers: kernels equal up to the names of their buffers and variables are compiled
 // once; a kernel that differs (another constant, another op) keeps its own code.
 TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {

@@ -6,7 +6,9 @@
 //              thread in a grid-stride loop, the dim the first output is contiguous along
 //              innermost. Entry points <name>_s (scalar) and, when every access along that dim
 //              is contiguous and provably aligned, <name>_v (Vec elements per thread with
-//              128-bit loads and stores; the runtime picks it when the pointers are aligned).
+//              128-bit loads and stores; the runtime picks it when the pointers are aligned),
+//              and, when an input is read transposed (contiguous along another dim), <name>_t
+//              (square tiles of that plane through shared memory, emit_tiled.cpp).
 //   Rows       anything else (reductions, inner loops): one thread group per outer point ("row"),
 //              the members one after another, each looping over its inner range with the
 //              group's threads; reductions combine across the group. Entry points <name>_w (a
@@ -44,6 +46,9 @@ struct CudaKernel {
   // Elements per thread of the vector entry points (0: none): Pointwise _v; Rows _wv and _bv,
   // one coil::Vec step per thread and iteration of a member's row loop.
   int vec = 0;
+  // Pointwise: the edge of the tiled entry point's square tiles (32 or 64), 0 where there is
+  // no <name>_t (only when an input is read transposed; 256-thread blocks; emit_tiled.cpp).
+  int tile = 0;
 };
 
 struct CudaSource {

@@ -2,7 +2,8 @@
 //
 //   Pointwise: 256 threads per block, the _v entry point when it exists and every pointer is
 //              16-byte aligned; at most 32 waves of blocks per SM (the kernels are grid-stride
-//              loops, so more blocks only add scheduling cost).
+//              loops, so more blocks only add scheduling cost). Kernels with a tiled entry
+//              point (_t, an input read transposed) take it: a tile per block and iteration.
 //   Rows:      a warp per row (_w, 8 rows per 256-thread block) while rows are at most
 //              kWarpRowLimit elements; longer rows get a whole block (_b) of 256 to 1024
 //              threads, about 8 elements per thread, each block looping over rows. The
@@ -23,8 +24,11 @@ namespace coil::backend::cuda {
 
 constexpr int64_t kWarpRowLimit = 1024;
 
+// The tiled pointwise entry point's block: 8 rows of 32 threads (emit_tiled.cpp).
+constexpr unsigned kTiledBlock = 256;
+
 struct LaunchConfig {
-  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _wv, 3: _bv
+  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _t / _wv, 3: _bv
   unsigned grid = 1, block = 32;
 };
 
@@ -41,7 +45,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
 // their time is launch latency, which no configuration changes.
 constexpr int64_t kTuneMinElements = int64_t{1} << 20;
 
-// The entry-point names of a kernel: {_s, _v} or {_w, _b, _wv, _bv}; "" where absent.
+// The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv}; "" where absent.
 std::string entry_name(const CudaKernel& k, int entry);
 
 }  // namespace coil::backend::cuda
