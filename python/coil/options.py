@@ -41,6 +41,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_autotune": bool,
     "cuda_compile_jobs": int,
     "cuda_online_softmax": bool,
+    "cuda_fast_math": bool,
     "symbol_ranges": str,
 }
 

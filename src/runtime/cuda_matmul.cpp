@@ -47,7 +47,10 @@ bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& r
   const int64_t np = pad_n ? round_up(g.n, per) : g.n;
   const bool repack_a = pad_m || pad_k || (a.ld * es) % 16 != 0 || misaligned(g.a.data);
   const bool repack_b = pad_k || pad_n || (b.ld * es) % 16 != 0 || misaligned(g.b.data);
-  const bool temp_c = pad_m || pad_n || (g.c_stride0 * es) % 16 != 0 || misaligned(g.c);
+  // C written in place: its rows are aligned and, when N is padded, hold N_pad columns (the
+  // lowering gave a CUDA mm's product such a buffer: src/lower/linalg.cpp).
+  const bool c_room = g.c_cols >= np && (g.c_stride0 * es) % 16 == 0 && !misaligned(g.c);
+  const bool temp_c = pad_m || !c_room;
   if (!repack_a && !repack_b && !temp_c) return cu::gemm(g, rc.stream, why);
 
   std::vector<std::shared_ptr<void>> keep;  // freed after the work is queued: stream-ordered
@@ -91,6 +94,8 @@ bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& r
     p.c = block(mp * np);
     p.c_stride0 = np;
     p.c_stride1 = 1;
+  } else {
+    p.c_cols = np;
   }
   if (!cu::gemm(p, rc.stream, why)) return false;
   if (temp_c) steps.pad_copy(p.c, g.dtype, g.m, g.n, np, 1, g.c, g.m, g.n, g.c_stride0, rc.stream);

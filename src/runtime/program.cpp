@@ -568,6 +568,7 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
   g.c = out.data;
   g.c_stride0 = out.strides[o];
   g.c_stride1 = out.strides[o + 1];
+  g.c_cols = out.sizes[o + 1];  // > n where the lowering padded the product's columns
   g.c_batch_stride = r == 3 ? out.strides[0] : 0;
   if (g.batch > 1 && (a.sizes[0] == 1 || b.sizes[0] == 1)) {
     *why = "broadcast batch";

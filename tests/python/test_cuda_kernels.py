@@ -237,6 +237,25 @@ def test_matmul_with_odd_dimensions(case, dtype):
     torch.testing.assert_close(got.float(), want.float(), **tol)
 
 
+# A CUDA mm with such an N gets a product buffer of N_pad columns (src/lower/linalg.cpp):
+# cuBLASLt writes it in place, consumers read the [:, :N] window, and a graph output keeps the
+# padded row stride (as Inductor returns it) instead of being copied out.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mm_with_odd_n_keeps_padded_rows(dtype):
+    # Scaled so the softmax below is not one-hot (bf16 logits rounded apart would then differ).
+    x, w = _randn(4096, 1024, dtype=dtype) * 0.03, _randn(1001, 1024, dtype=dtype)
+    per = 16 // x.element_size()
+    tol = dict(rtol=1e-3, atol=1e-2) if dtype == torch.float32 else dict(rtol=2e-2, atol=0.5)
+    got, want = _run(lambda a, b: F.linear(a, b), x, w)
+    assert got.shape == want.shape and got.stride() == ((1001 + per - 1) // per * per, 1)
+    torch.testing.assert_close(got.float(), want.float(), **tol)
+    # Read by a fused consumer (a row softmax) and returned beside it.
+    got2, want2 = _run(lambda a, b: (lambda y: (y, torch.softmax(y.float(), -1)))(a @ b.t()), x, w)
+    torch.testing.assert_close(got2[0].float(), want2[0].float(), **tol)
+    torch.testing.assert_close(got2[1], want2[1], rtol=2e-2, atol=2e-3)
+
+
 @pytest.mark.gpu
 def test_bmm_transposed_operands():
     q, k = _randn(6, 32, 16), _randn(6, 48, 16)

@@ -103,6 +103,24 @@ COIL_INLINE void store_streaming(Vec<T, N>* p, const Vec<T, N>& x) {
   }
 }
 
+// Approximate float math for kernels whose every output is bf16/f16 (KernelEmitter::fast_math_):
+// their errors (a few ulp of float) are far below the rounding of the stored result, and they
+// are a handful of instructions where expf and IEEE division take a dozen or more (GPT-2's
+// masked softmax was bound by its arithmetic). Triton's exp and division are the same
+// instructions. ex2.approx.f32 keeps denormal results (no .ftz); div.full.f32 is full-range.
+namespace fast {
+COIL_INLINE float exp(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+COIL_INLINE float div(float a, float b) {
+  float y;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+}  // namespace fast
+
 namespace m {
 namespace detail {
 COIL_INLINE float fabs_(float x) { return fabsf(x); }

@@ -20,6 +20,9 @@ CudaKernel KernelEmitter::emit() {
     return !n->is_reduction() && n->ranges.size() == k;
   });
   idx_t_ = fits_32bit() ? "int" : "int64_t";
+  fast_math_ = options_.cuda_fast_math && std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
+                 return locals_.count(n->out) || is_low_precision(buf(n->out).dtype);
+               });
   header_comment();
   if (pointwise) {
     info_.kind = KernelKind::Pointwise;
@@ -258,6 +261,12 @@ std::string KernelEmitter::emit_body(const ComputeNode& n) {
 // The shared scalar expressions (backend/common/scalar_expr.h) with this emitter's names,
 // index printing and loads.
 std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
+  const Instr& in = b.instrs[id];
+  if (fast_math_ && in.dtype == DType::Float32) {
+    if (in.kind == InstrKind::Exp) return "coil::fast::exp(" + tmp(in.operands[0]) + ")";
+    if (in.kind == InstrKind::Div)
+      return "coil::fast::div(" + tmp(in.operands[0]) + ", " + tmp(in.operands[1]) + ")";
+  }
   ScalarExprHooks h;
   h.value = [&](InstrId i) { return tmp(i); };
   h.index = [&](Expr e) { return idx(e); };

@@ -131,6 +131,9 @@ class KernelEmitter {
   std::unordered_map<Expr, std::string> sym_names_;
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
+  // Exp and float division as coil::fast:: approximations: every stored output is bf16/f16
+  // (option cuda_fast_math; prelude.cuh says why).
+  bool fast_math_ = false;
   bool tile_mode_ = false;  // vec_loads_ name shared-memory tile elements (emit_pointwise_tiled)
   size_t member_ = 0;
   bool row_vec_ = false;   // emitting a row kernel templated on its step width V

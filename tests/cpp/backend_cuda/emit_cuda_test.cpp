@@ -256,6 +256,30 @@ TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
   EXPECT_EQ(plain.kernels[0].tile, 0);
 }
 
+// Kernels whose every output is bf16/f16 compute exp and float division with the approximate
+// instructions (coil::fast::); float outputs, or cuda_fast_math off, keep expf and IEEE division.
+TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
+  const char* text =
+      "graph(%0: DT[64, 512]@cuda):\n"
+      "  %1: DT[64, 512]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  return (%1)\n";
+  auto graph = [&](const char* dt) {
+    std::string t = text;
+    for (size_t at; (at = t.find("DT")) != std::string::npos;) t.replace(at, 2, dt);
+    return t;
+  };
+  const std::string bf = backend::cuda::strip_prelude(emit_graph(graph("bf16")).code);
+  EXPECT_NE(bf.find("coil::fast::exp("), std::string::npos) << bf;
+  EXPECT_NE(bf.find("coil::fast::div("), std::string::npos) << bf;
+  EXPECT_EQ(bf.find("coil::m::exp("), std::string::npos) << bf;
+  CudaSource f32 = emit_graph(graph("f32"));
+  const std::string f = backend::cuda::strip_prelude(f32.code);
+  EXPECT_EQ(f.find("coil::fast::"), std::string::npos) << f;
+  EXPECT_NE(f.find("coil::m::exp("), std::string::npos) << f;
+  CudaSource bf_src = emit_graph(graph("bf16"));
+  expect_compiles(bf_src);
+}
+
 // Repeated layers: kernels equal up to the names of their buffers and variables are compiled
 // once; a kernel that differs (another constant, another op) keeps its own code.
 TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
