@@ -245,12 +245,17 @@ std::vector<TensorValue> lower_any_all(LoweringContext& ctx, const Node& node, b
 
 // --- var / std / var_mean
 //
-// Two passes: the mean (a sum reduction, realized), then the sum of squared deviations from it
-// (a second reduction whose body reads the mean at its output index). Subtracting the exact
-// mean before squaring avoids the cancellation of the one-pass E[x^2] - E[x]^2 formula; the
-// result is as accurate as Welford's online algorithm (both compute sum((x - mean)^2) with the
-// same rounding of the mean), at the cost of reading the input twice, which fusion can share
-// with other consumers. It also keeps the reduction kinds to plain sums.
+// Two passes over data shifted by K, the row's first element: s = sum(x - K) (a sum reduction,
+// realized), mean = K + s / N, then the sum of squared deviations sum(((x - K) - s / N)^2) (a
+// second reduction whose body reads s and K at its output index). Subtracting the mean before
+// squaring avoids the cancellation of the one-pass E[x^2] - E[x]^2 formula and is as accurate as
+// Welford's online algorithm, at the cost of reading the input twice, which fusion can share
+// with other consumers; it also keeps the reduction kinds to plain sums. The shift makes equal
+// values exact, as Welford's update keeps them in eager: every x - K is 0, so the variance is 0
+// and the mean is K (unshifted, the mean of equal floats can come out one ulp off and their
+// variance ~1e-15; fuzz seeds 5204, 6528). K is realized, one element per output point, so the
+// reductions read it like the sum, not the input's first element per element (that kept the
+// CPU loops off their vector path: docs/fuzzing.md). Rows that may be empty are not shifted.
 
 struct VarResult {
   TensorValue var;
@@ -263,14 +268,39 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
   COIL_USER_CHECK(dtype_is_floating(out)) << "var/std of a non-floating dtype";
   ReducePlan p = plan_reduction(ctx, x.sizes, dims, keepdim);
   DType acc = dtype_compute(out);
-  TensorValue sum = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc);
+  sym::Context& c = ctx.ctx();
+  bool shifted = !p.red_sizes.empty();
+  for (Expr r : p.red_sizes) shifted = shifted && (!c.as_const(r) || *c.as_const(r) > 0);
+  Loader shift = [acc](BodyBuilder& b, const std::vector<Expr>&) { return b.constant(0, acc); };
+  if (shifted) {
+    Loader xl = x.load;
+    std::vector<Expr> first(p.red_sizes.size(), c.zero());
+    TensorValue k = ctx.realize(ctx.pointwise(
+        acc, p.out_sizes,
+        [xl, p, first, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
+          return b.cast(xl(b, p.input_index(idx, first)), acc);
+        },
+        x.inline_cost + 1, x.inline_reads));
+    shift = k.load;
+  }
+  PreFn minus_k = [shift, acc, shifted](BodyBuilder& b, InstrId v,
+                                        const std::vector<Expr>& out_idx) {
+    return shifted ? b.op(InstrKind::Sub, acc, v, shift(b, out_idx)) : v;
+  };
+  TensorValue sum = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc, minus_k);
   Expr n = numel_of(ctx, p.red_sizes);
   Loader sl = sum.load;
-  Loader mean_acc = [sl, n, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
+  Loader mean_shifted = [sl, n, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
     return b.op(InstrKind::Div, acc, sl(b, idx), b.cast(b.index_expr(n), acc));
   };
-  PreFn sq = [mean_acc, acc](BodyBuilder& b, InstrId v, const std::vector<Expr>& out_idx) {
-    InstrId d = b.op(InstrKind::Sub, acc, v, mean_acc(b, out_idx));
+  Loader mean_acc = [mean_shifted, shift, acc, shifted](BodyBuilder& b,
+                                                        const std::vector<Expr>& idx) {
+    InstrId m = mean_shifted(b, idx);
+    return shifted ? b.op(InstrKind::Add, acc, shift(b, idx), m) : m;
+  };
+  PreFn sq = [minus_k, mean_shifted, acc](BodyBuilder& b, InstrId v,
+                                          const std::vector<Expr>& out_idx) {
+    InstrId d = b.op(InstrKind::Sub, acc, minus_k(b, v, out_idx), mean_shifted(b, out_idx));
     return b.op(InstrKind::Mul, acc, d, d);
   };
   TensorValue ssd = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc, sq);
@@ -293,7 +323,7 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
       [mean_acc, out](BodyBuilder& b, const std::vector<Expr>& idx) {
         return b.cast(mean_acc(b, idx), out);
       },
-      3, 1);
+      4, 2);
   return {var, mean};
 }
 

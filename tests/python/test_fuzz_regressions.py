@@ -422,3 +422,28 @@ def test_pow_scalar_base_promotes_with_the_exponent_tensor(real_coil, dtype):
     check(lambda t: (torch.pow(2.5, t), torch.pow(2, t)), e)
     check(lambda t: (torch.pow(1.5, t),), torch.randn(5, 4).to(dtype) if dtype.is_floating_point
           else e, dynamic=True)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_variance_of_equal_values_is_exactly_zero(real_coil, dynamic):
+    # Seeds 5204 and 6528: GroupNorm over an expanded input has groups of 64 equal floats. Their
+    # mean came out one ulp off, the variance ~1e-15 where eager's Welford update gives exactly
+    # 0, and a logical_or on the result flipped booleans. The variance is now computed on data
+    # shifted by each row's first element (src/lower/reduction.cpp: var_and_mean).
+    scale = torch.tensor([1.0, 3.3, -7.1])[:, None, None]
+    x = torch.full((3, 1, 1), 0.1).expand(3, 8, 8).contiguous() * scale
+
+    def fn(t):
+        v, m = torch.var_mean(t, dim=(1, 2), correction=0)
+        return v, m, v != 0, torch.std(t, dim=-1) > 0
+
+    check(fn, x, dynamic=dynamic)
+    v, m, nz, pos = torch.compile(fn, backend="coil", dynamic=dynamic,
+                                  options={"strict": True})(x)
+    assert torch.equal(v, torch.zeros(3)) and not nz.any() and not pos.any()
+    assert torch.equal(m, x[:, 0, 0])
+    # GroupNorm, as in the seed: equal values within each group, a boolean of the output
+    # (static: with a symbolic channel count, channels / groups is the open case of seed 6552).
+    if not dynamic:
+        g = torch.randn(2, 4, 1, 1).expand(2, 4, 4, 4)
+        check(lambda t: (torch.nn.functional.group_norm(t, 2) != 0,), g)
