@@ -379,9 +379,13 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         call.adoptable.push_back(exclusive);
       }
       bool has_host = static_cast<bool>(m.fallback) && node->graph_node >= 0;
-      bool host_ok =
-          has_host && (node->kind == ExternKind::Fallback ||
-                       (!canonical_op(node->kind).empty() && node->op == canonical_op(node->kind)));
+      // A product with a fused activation or padded columns is not what the host's op returns.
+      const bool matmul_variant =
+          (node->kind == ExternKind::Mm || node->kind == ExternKind::Addmm) &&
+          std::any_of(node->ints.begin(), node->ints.end(), [](int64_t v) { return v != 0; });
+      bool host_ok = has_host && !matmul_variant &&
+                     (node->kind == ExternKind::Fallback ||
+                      (!canonical_op(node->kind).empty() && node->op == canonical_op(node->kind)));
       bool library_ok = false;
       switch (node->kind) {
         case ExternKind::Mm:
@@ -569,6 +573,7 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
   g.c_stride0 = out.strides[o];
   g.c_stride1 = out.strides[o + 1];
   g.c_cols = out.sizes[o + 1];  // > n where the lowering padded the product's columns
+  g.activation = call.ints.empty() ? 0 : static_cast<int>(call.ints[0]);
   g.c_batch_stride = r == 3 ? out.strides[0] : 0;
   if (g.batch > 1 && (a.sizes[0] == 1 || b.sizes[0] == 1)) {
     *why = "broadcast batch";

@@ -256,6 +256,38 @@ def test_mm_with_odd_n_keeps_padded_rows(dtype):
     torch.testing.assert_close(got2[1], want2[1], rtol=2e-2, atol=2e-3)
 
 
+# ReLU / GELU applied to a Linear's output run in cuBLASLt's epilogue (src/lower/linalg.cpp):
+# the product is stored activated and no kernel runs. cuBLASLt's GELU is the tanh form: an
+# exact (erf) GELU is fused only in bf16; in f32 it stays a kernel.
+_EPILOGUE = {
+    "relu_bias_f32": (lambda x, w, b: torch.relu(F.linear(x, w, b)), torch.float32, True),
+    "relu_nobias_bf16": (lambda x, w, b: torch.relu(x @ w.t()), torch.bfloat16, True),
+    "gelu_tanh_f32": (lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
+                      torch.float32, True),
+    "gelu_erf_bf16": (lambda x, w, b: F.gelu(F.linear(x, w, b)), torch.bfloat16, True),
+    "gelu_erf_f32": (lambda x, w, b: F.gelu(F.linear(x, w, b)), torch.float32, False),
+    "relu_also_read_raw": (lambda x, w, b: (lambda y: (torch.relu(y), y * 2))(F.linear(x, w, b)),
+                           torch.float32, False),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(_EPILOGUE))
+def test_linear_activation_runs_in_the_cublaslt_epilogue(case, tmp_path):
+    fn, dtype, fused = _EPILOGUE[case]
+    x = _randn(3, 128, 256, dtype=dtype)
+    w, b = _randn(512, 256, dtype=dtype) * 0.1, _randn(512, dtype=dtype)
+    got, want = _run(fn, x, w, b, options={"debug_dir": str(tmp_path)})
+    tol = dict(rtol=1e-3, atol=2e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=3e-2)
+    torch.testing.assert_close(got, want, **tol)
+    program = next(tmp_path.glob("*/02_loop_program.txt")).read_text()
+    mm = [ln for ln in program.splitlines() if "extern" in ln and "mm" in ln]
+    assert mm, program
+    assert (("ints [1, 0]" in mm[0] or "ints [2, 0]" in mm[0]) == fused), program
+    if fused:
+        assert "kernel" not in next(tmp_path.glob("*/03_schedule.txt")).read_text()
+
+
 @pytest.mark.gpu
 def test_bmm_transposed_operands():
     q, k = _randn(6, 32, 16), _randn(6, 48, 16)

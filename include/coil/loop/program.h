@@ -78,6 +78,10 @@ struct ComputeNode {
 // runtime/extern_kernels.h). Inputs may be strided Views; every kind has one output.
 //   Mm           inputs {a [M,K], b [K,N]}; Bmm: {a [B,M,K], b [B,K,N]}
 //   Addmm        inputs {bias (broadcastable to [M,N], passed as is), a, b}; scalars {beta, alpha}
+//   Mm, Addmm    (CUDA) optional ints {epilogue, padded}: epilogue 1 applies ReLU and 2 GELU (the
+//                tanh form) to the result in the cuBLASLt epilogue (the activation's lowering
+//                fused it: src/lower/linalg.cpp); padded 1: the output has N rounded up to 16
+//                bytes (a window of it is the value). Either makes the host's ATen op unfit.
 //   Convolution  inputs {input [N,C,*], weight [O,C/groups,*], (bias [O])}; ints {stride[nd],
 //                padding[nd], dilation[nd], transposed (0/1), output_padding[nd], groups},
 //                nd = rank(input) - 2 (one-element lists are expanded to nd); the output may have

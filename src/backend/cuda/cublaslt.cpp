@@ -34,7 +34,11 @@ enum : int {
   kLayoutBatchOffset = 6,
   kPrefMaxWorkspace = 1,
   kEpilogueDefault = 1,
+  kEpilogueRelu = 2,
   kEpilogueBias = 4,
+  kEpilogueReluBias = 6,
+  kEpilogueGelu = 32,
+  kEpilogueGeluBias = 36,
 };
 
 struct Algo {
@@ -175,7 +179,14 @@ bool gemm(const GemmArgs& g, void* stream, std::string* why) {
   bool ok = l.desc_create(&op, compute, kR32F) == 0;
   ok = ok && l.desc_set(op, kDescTransA, &op_a, sizeof op_a) == 0;
   ok = ok && l.desc_set(op, kDescTransB, &op_b, sizeof op_b) == 0;
-  const int epilogue = g.bias ? kEpilogueBias : kEpilogueDefault;
+  static constexpr int kEpilogues[3][2] = {{kEpilogueDefault, kEpilogueBias},
+                                           {kEpilogueRelu, kEpilogueReluBias},
+                                           {kEpilogueGelu, kEpilogueGeluBias}};
+  if (g.activation < 0 || g.activation > 2) {
+    *why = "unknown epilogue activation";
+    return false;
+  }
+  const int epilogue = kEpilogues[g.activation][g.bias ? 1 : 0];
   ok = ok && l.desc_set(op, kDescEpilogue, &epilogue, sizeof epilogue) == 0;
   if (g.bias) ok = ok && l.desc_set(op, kDescBiasPointer, &g.bias, sizeof g.bias) == 0;
   const int64_t ldc = g.n == 1 && g.m == 1 ? 1 : g.c_stride0;

@@ -27,6 +27,7 @@ struct GemmArgs {
   int64_t c_stride0 = 0, c_stride1 = 1, c_batch_stride = 0;
   int64_t c_cols = 0;  // columns C's storage holds per row (>= n; the padding runtime writes)
   const void* bias = nullptr;  // [N], contiguous, added by the epilogue (nullptr: none)
+  int activation = 0;          // applied by the epilogue: 0 none, 1 ReLU, 2 GELU (tanh form)
   float alpha = 1.0f;
   bool allow_tf32 = false;  // float32 may use TF32 tensor cores
 };
