@@ -280,6 +280,28 @@ TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
   expect_compiles(bf_src);
 }
 
+// Attention's head split realized for a bmm: the copy runs over [b*h, t, e] and reads
+// 1024*(x0 / 4) + 64*(x0 % 4) + ...: no single stride along x0, but every start is a multiple of
+// 8 bf16 elements, so the vector entry point exists.
+TEST(EmitCuda, HeadSplitCopyIsVectorized) {
+  CudaSource src = emit_graph(
+      "graph(%0: bf16[2, 16, 768]@cuda, %1: bf16[8, 64, 16]@cuda):\n"
+      "  %2: bf16[2, 16, 256]{12288, 768, 1}+256@cuda = aten.slice.Tensor(%0, 2, 256, 512)\n"
+      "  %3: bf16[2, 16, 4, 64]{12288, 768, 64, 1}+256@cuda = aten.view.default(%2, [2, 16, 4, "
+      "64])\n"
+      "  %4: bf16[2, 4, 16, 64]{12288, 64, 768, 1}+256@cuda = aten.permute.default(%3, [0, 2, 1, "
+      "3])\n"
+      "  %5: bf16[2, 4, 16, 64]@cuda = aten._to_copy.default(%4, "
+      "memory_format=\"torch.contiguous_format\")\n"
+      "  %6: bf16[8, 16, 64]@cuda = aten._unsafe_view.default(%5, [8, 16, 64])\n"
+      "  %7: bf16[8, 16, 16]@cuda = aten.bmm.default(%6, %1)\n"
+      "  return (%7)\n");
+  ASSERT_EQ(src.kernels.size(), 1u) << backend::cuda::strip_prelude(src.code);
+  EXPECT_EQ(src.kernels[0].kind, KernelKind::Pointwise);
+  EXPECT_EQ(src.kernels[0].vec, 8) << backend::cuda::strip_prelude(src.code);
+  expect_compiles(src);
+}
+
 // Repeated layers: kernels equal up to the names of their buffers and variables are compiled
 // once; a kernel that differs (another constant, another op) keeps its own code.
 TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
