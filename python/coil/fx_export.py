@@ -968,17 +968,20 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     out = node.target(*args, **kwargs)
     if isinstance(out, torch.Tensor):
         return [_materialize(out)]
-    # One tensor per output the export declared (a tensor in meta['val']). An op may leave an
-    # output undefined at run time that its meta function allocates (cuDNN attention's
-    # logsumexp without grad): nothing reads it, so an empty stand-in of its shape keeps the
-    # runtime's positions.
+    # One tensor per output the export declared (a tensor in meta['val']). An output the graph
+    # never reads gets an empty stand-in of its traced shape: it may be undefined at run time
+    # though its meta function allocates it (cuDNN attention's logsumexp without grad), or
+    # have a data-dependent size other than the traced one (embedding_bag's offset2bag and
+    # bag_size); the runtime only needs its position.
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
     results = []
-    for o, m in zip(out, node.meta["val"]):
+    for k, (o, m) in enumerate(zip(out, node.meta["val"])):
         if not isinstance(m, torch.Tensor):
             continue
-        if o is None:
+        if o is None or k not in used:
             sizes = [s if isinstance(s, int) else _concrete(s, env) for s in m.shape]
-            o = torch.empty(sizes, dtype=m.dtype, device=m.device)
+            if o is None or tuple(o.shape) != tuple(sizes):
+                o = torch.empty(sizes, dtype=m.dtype, device=m.device)
         results.append(_materialize(o))
     return results
 

@@ -272,3 +272,28 @@ def test_linspace_logspace_integer_and_bf16_match_eager(make):
 
 def test_linspace_float32_is_compiled():
     _check(lambda x: x + torch.linspace(-2.5, 7, 33), torch.randn(33))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_unused_fallback_output_with_a_data_dependent_size(real_coil, mode):
+    # OpInfo nn.functional.embedding_bag: the per-op fallback of _embedding_bag_forward_only
+    # returned offset2bag / bag_size with sizes other than the traced ones (they depend on the
+    # data); the runtime refused them ("output 2 has sizes [2], expected [3]") and the graph ran
+    # eagerly. Outputs the graph never reads now get stand-ins of the traced shape.
+    import coil
+
+    weight = torch.randn(10, 3)
+    cases = [(torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 3, 6]), True),
+             (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4]), False),
+             (torch.tensor([[1, 2, 4], [4, 3, 2]]), None, False)]
+    for inp, offsets, last in cases:
+        fn = lambda w, i, o: torch.nn.functional.embedding_bag(  # noqa: E731
+            i, w, o, mode=mode, include_last_offset=last)
+        torch._dynamo.reset()
+        coil.reset_report()
+        with torch.no_grad():
+            got = torch.compile(fn, backend="coil")(weight, inp, offsets)
+            want = fn(weight, inp, offsets)
+        rep = coil.report()
+        assert not rep.graphs_fallen_back, str(rep)
+        torch.testing.assert_close(got, want)
