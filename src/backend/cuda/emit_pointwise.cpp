@@ -118,6 +118,18 @@ bool KernelEmitter::starts_aligned(const std::vector<Expr>& starts, int vec) {
   return true;
 }
 
+// Every member's body and store for one element (its loop variables already declared).
+void KernelEmitter::emit_member_stores() {
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    set_node_names(n);
+    member_ = m;
+    open("{");
+    emit_store(n, emit_body(n));
+    close();
+  }
+}
+
 void KernelEmitter::emit_pointwise() {
   const size_t k = k_.outer_ranges.size();
   const std::vector<size_t> order = pointwise_order();
@@ -139,14 +151,7 @@ void KernelEmitter::emit_pointwise() {
       "int64_t(gridDim.x) * blockDim.x) {");
   decompose("(" + T + ")l_", vars, ranges);
   for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
-  for (size_t m = 0; m < nodes_.size(); ++m) {
-    const ComputeNode& n = *nodes_[m];
-    set_node_names(n);
-    open("{");
-    std::string v = emit_body(n);
-    emit_store(n, v);
-    close();
-  }
+  emit_member_stores();
   close();
   close();
   line("");

@@ -147,15 +147,7 @@ void KernelEmitter::emit_pointwise_tiled(const std::vector<size_t>& order) {
   open("if (" + xa + " < " + na + " && " + xb + " < " + nb + ") {");
   for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
   tile_mode_ = true;
-  for (size_t m = 0; m < nodes_.size(); ++m) {
-    const ComputeNode& n = *nodes_[m];
-    set_node_names(n);
-    member_ = m;
-    open("{");
-    std::string v = emit_body(n);
-    emit_store(n, v);
-    close();
-  }
+  emit_member_stores();
   tile_mode_ = false;
   close();
   close();

@@ -77,6 +77,7 @@ class KernelEmitter {
   std::optional<int64_t> stride_along(Expr flat, Expr var);
   int vector_width(size_t inner);
   bool starts_aligned(const std::vector<Expr>& starts, int vec);
+  void emit_member_stores();
   void emit_pointwise();
   // ---------------------------------------------------------------- tiled pointwise (_t)
   bool transposed_load(const ComputeNode& n, const Instr& in, size_t inner);
