@@ -482,14 +482,20 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
   binary(r, {"aten.maximum.default"}, InstrKind::Maximum);
   binary(r, {"aten.minimum.default"}, InstrKind::Minimum);
   binary(r, {"aten.fmod.Tensor", "aten.fmod.Scalar"}, InstrKind::Fmod);
-  binary(r, {"aten.remainder.Tensor", "aten.remainder.Scalar"}, InstrKind::Remainder);
+  binary(r, {"aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor"},
+         InstrKind::Remainder);
   binary(r, {"aten.atan2.default"}, InstrKind::Atan2, true);
   binary(r, {"aten.hypot.default"}, InstrKind::Hypot);
   binary(r, {"aten.copysign.Tensor", "aten.copysign.Scalar"}, InstrKind::CopySign, true);
   binary(r, {"aten.floor_divide.default", "aten.floor_divide.Scalar"}, InstrKind::FloorDiv);
-  binary(r, {"aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar"}, InstrKind::BitwiseAnd);
-  binary(r, {"aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar"}, InstrKind::BitwiseOr);
-  binary(r, {"aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar"}, InstrKind::BitwiseXor);
+  binary(r,
+         {"aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_and.Scalar_Tensor"},
+         InstrKind::BitwiseAnd);
+  binary(r, {"aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar", "aten.bitwise_or.Scalar_Tensor"},
+         InstrKind::BitwiseOr);
+  binary(r,
+         {"aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_xor.Scalar_Tensor"},
+         InstrKind::BitwiseXor);
   binary(r, {"aten.bitwise_left_shift.Tensor", "aten.__lshift__.Scalar"}, InstrKind::ShiftLeft);
   binary(r, {"aten.bitwise_right_shift.Tensor", "aten.__rshift__.Scalar"}, InstrKind::ShiftRight);
 

@@ -134,6 +134,7 @@ DType result_type(const std::vector<PromoOperand>& operands) {
 bool is_scalar_slot(std::string_view op, size_t i) {
   if (op == "aten.pow.Scalar") return i == 0;  // pow.Scalar(Scalar self, Tensor exponent)
   const std::string_view overload = op.substr(op.rfind('.') + 1);
+  if (overload == "Scalar_Tensor") return i == 0;  // remainder / bitwise_*(Scalar self, Tensor)
   if (overload == "Scalar" && op.rfind("aten.where.", 0) == 0) return i == 1 || i == 2;
   if (overload == "Scalar" || overload == "Tensor_Scalar" || overload == "Scalar_mode")
     return i == 1;

@@ -174,6 +174,9 @@ void register_pointwise_ops(OpRegistry& r) {
     add("aten." + std::string(op) + ".Tensor", kPromote2);
     add("aten." + std::string(op) + ".Scalar", kPromote2);
   }
+  // (Scalar self, Tensor other): the scalar first (ops::is_scalar_slot).
+  for (const char* op : {"remainder", "bitwise_and", "bitwise_or", "bitwise_xor"})
+    add("aten." + std::string(op) + ".Scalar_Tensor", kPromote2);
   add("aten.rsub.Tensor", kPromote2);
   add("aten.rsub.Scalar", kPromote2);
   add("aten.maximum.default", kPromote2);

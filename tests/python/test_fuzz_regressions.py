@@ -447,3 +447,17 @@ def test_variance_of_equal_values_is_exactly_zero(real_coil, dynamic):
     if not dynamic:
         g = torch.randn(2, 4, 1, 1).expand(2, 4, 4, 4)
         check(lambda t: (torch.nn.functional.group_norm(t, 2) != 0,), g)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_scalar_first_remainder_and_bitwise(real_coil, dynamic):
+    # Seeds 6030, 6092, 7018, 7081: `scalar % tensor` is aten.remainder.Scalar_Tensor (the
+    # scalar in slot 0), which had no lowering (strict mode refused; it ran eagerly).
+    x = torch.randn(5, 7) * 4
+    xi = torch.randint(-9, 9, (5, 7))
+    check(lambda a: (torch.remainder(3.5, a), 7 % a), x, dynamic=dynamic)
+    check(lambda a: (7 % a.clamp(min=1), torch.remainder(-5, a.clamp(min=1))), xi,
+          dynamic=dynamic)
+    check(lambda a: (torch.bitwise_and(6, a), torch.bitwise_or(3, a), torch.bitwise_xor(5, a)),
+          xi, dynamic=dynamic)
+    check(lambda a: (torch.remainder(2.5, a),), x.to(torch.bfloat16), dynamic=dynamic)
