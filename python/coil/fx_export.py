@@ -222,6 +222,13 @@ def _symint_value(x, seen: dict | None = None) -> int | str:
     raise ExportError(f"expected an int or SymInt, got {type(x).__name__}")
 
 
+def _folded_size(val):
+    """How a size-valued node folds: its int when constant, else the SymInt itself (evaluated
+    per call where an op uses it)."""
+    v = _symint_value(val)
+    return v if isinstance(v, int) else val
+
+
 def _size_text(x) -> str:
     v = _symint_value(x)
     return str(v)
@@ -603,8 +610,7 @@ class _Exporter:
                     # attention ops' max_q / max_k), folded to its value.
                     val = node.meta.get("val")
                     scalar = isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool)
-                    folded = _symint_value(val) if scalar else None
-                    self.folded[node] = val if isinstance(folded, str) else folded
+                    self.folded[node] = _folded_size(val) if scalar else None
                 else:
                     self.ids[node] = v
                 return
@@ -623,8 +629,7 @@ class _Exporter:
             if isinstance(val, torch.SymInt):
                 # Symbolic size arithmetic (operator.mul, floordiv, sym_size...): the node is its
                 # expression wherever it is used.
-                v = _symint_value(val)
-                self.folded[node] = v if isinstance(v, int) else val
+                self.folded[node] = _folded_size(val)
                 return
             if isinstance(val, torch.SymFloat):
                 # Float arithmetic on sizes: evaluated per call where an op uses it.
@@ -648,8 +653,7 @@ class _Exporter:
         else:
             # A scalar-valued op (sym_size, _local_scalar_dense...).
             if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
-                v = _symint_value(val)
-                self.folded[node] = v if isinstance(v, int) else val
+                self.folded[node] = _folded_size(val)
                 return
             raise ExportError(f"{name}: non-tensor result {type(val).__name__} not supported")
         for k, o in enumerate(outs):
@@ -693,11 +697,8 @@ class _Exporter:
                 # A static int input: Dynamo specializes (and guards) plain ints.
                 self.folded[node] = int(val)
             elif isinstance(val, torch.SymInt):
-                v = _symint_value(val)
-                if isinstance(v, int):
-                    self.folded[node] = v
-                else:
-                    self.folded[node] = val
+                self.folded[node] = _folded_size(val)
+                if not isinstance(self.folded[node], int):
                     self.nonterm_inputs[node] = pos
             else:
                 raise ExportError(f"placeholder {node.name}: unsupported {type(val).__name__}")
@@ -931,7 +932,9 @@ def _call_plan(exported: ExportedGraph, node: fx.Node):
     arg_slots = [(i, k) for i, a in enumerate(args) if (k := _arg_kind(a, exported)) != _AS_IS]
     kwargs = dict(node.kwargs)
     kw_slots = [(n, k) for n, v in kwargs.items() if (k := _arg_kind(v, exported)) != _AS_IS]
-    return args, arg_slots, kwargs, kw_slots
+    # The outputs of a multi-output node the graph reads (by getitem).
+    used = frozenset(u.args[1] for u in node.users if u.target is operator.getitem)
+    return args, arg_slots, kwargs, kw_slots, used
 
 
 def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence[torch.Tensor]):
@@ -940,7 +943,7 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     plan = exported.call_plans.get(node_index)
     if plan is None:
         plan = exported.call_plans[node_index] = _call_plan(exported, node)
-    base_args, arg_slots, base_kwargs, kw_slots = plan
+    base_args, arg_slots, base_kwargs, kw_slots, used = plan
     pos = [0]
     env = getattr(exported.call_env, "env", None)
 
@@ -973,7 +976,6 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     # though its meta function allocates it (cuDNN attention's logsumexp without grad), or
     # have a data-dependent size other than the traced one (embedding_bag's offset2bag and
     # bag_size); the runtime only needs its position.
-    used = {u.args[1] for u in node.users if u.target is operator.getitem}
     results = []
     for k, (o, m) in enumerate(zip(out, node.meta["val"])):
         if not isinstance(m, torch.Tensor):

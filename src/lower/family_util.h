@@ -36,11 +36,11 @@ inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
 // extern is the graph node itself (kind Fallback: the host runs it by position with the node's
 // tensor inputs; docs/cuda-backend.md). Defined in index.cpp.
 bool on_cuda(const Node& node);
-// Fuses activation `act` (ReLU: epilogue 1, GELU: 2) into the cuBLASLt epilogue of the CUDA
-// mm/addmm it reads, when nothing else reads that product; returns act's value (the product,
-// now stored activated), or nullopt to lower it as usual. Defined in linalg.cpp.
+// Fuses activation `act` into the cuBLASLt epilogue of the CUDA mm/addmm it reads, when nothing
+// else reads that product; returns act's value (the product, now stored activated), or nullopt
+// to lower it as usual. Defined in linalg.cpp.
 std::optional<TensorValue> fuse_matmul_epilogue(LoweringContext& ctx, const Node& act,
-                                                int64_t epilogue, bool exact_gelu);
+                                                loop::MatmulEpilogue epilogue, bool exact_gelu);
 std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
 
 inline int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {

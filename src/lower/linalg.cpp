@@ -41,14 +41,12 @@ BufferId run_extern(LoweringContext& ctx, const Node& node, ExternKind kind,
 
 // cuBLASLt's fast kernels need C's contiguous extent N to be a multiple of 16 bytes: GPT-2's LM
 // head (N = 50257, bf16) takes 3.3 ms unpadded against 0.45 ms padded on the H100, whatever
-// C's row stride. The runtime pads such products above 2^31 multiply-adds
+// C's row stride. The runtime pads such products above loop::kMatmulPadMinWork multiply-adds
 // (runtime/cuda_matmul.cpp); for a CUDA mm the lowering also gives the product a buffer of
 // N_pad columns, so cuBLASLt writes the padded product in place and the value is its [:, :N]
 // window: no copy-out (2 x 254 us per GPT-2 inference call before), and a graph output keeps
 // the padded row stride, as Inductor's padded mm returns it. The pad columns hold the product
 // with B's zero-padded columns (zeros) and are never read.
-constexpr int64_t kPadMinWork = int64_t{1} << 31;  // as runtime/cuda_matmul.cpp
-constexpr int64_t kEpilogueNone = 0;  // ExternNode ints[0] of Mm / Addmm (loop/program.h)
 
 std::optional<int64_t> padded_columns(const Node& node, DType dt, const TensorValue& a,
                                       const TensorValue& b, const sym::Context& c) {
@@ -58,7 +56,7 @@ std::optional<int64_t> padded_columns(const Node& node, DType dt, const TensorVa
   auto m = c.as_const(a.sizes[0]), k = c.as_const(a.sizes[1]), n = c.as_const(b.sizes[1]);
   if (!m || !k || !n) return std::nullopt;
   const int64_t per = 16 / dtype_size(dt);
-  if (*n % per == 0 || *m * *n * *k < kPadMinWork) return std::nullopt;
+  if (*n % per == 0 || *m * *n * *k < loop::kMatmulPadMinWork) return std::nullopt;
   return (*n + per - 1) / per * per;
 }
 
@@ -70,17 +68,9 @@ std::vector<TensorValue> lower_mm(LoweringContext& ctx, const Node& node) {
   sym::Context& c = ctx.ctx();
   if (auto np = padded_columns(node, dt, a, b, c)) {
     BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], c.constant(*np)},
-                              {}, {kEpilogueNone, 1});
-    loop::Buffer v;
-    v.kind = loop::BufferKind::View;
-    v.dtype = dt;
-    v.device = Device::CUDA;
-    v.sizes = {a.sizes[0], b.sizes[1]};
-    v.strides = {c.constant(*np), c.one()};
-    v.view_of = out;
-    TensorValue tv = ctx.from_buffer(ctx.program().add_buffer(std::move(v)));
-    tv.device = Device::CUDA;
-    return {tv};
+                              {}, {loop::kEpilogueNone, 1});
+    return {
+        ctx.window(out, dt, Device::CUDA, {a.sizes[0], b.sizes[1]}, {c.constant(*np), c.one()})};
   }
   BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], b.sizes[1]});
   return {ctx.from_buffer(out)};
@@ -434,7 +424,8 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
 // tanh form, so an exact (erf) GELU is fused only in bf16, whose rounding (2^-9 relative) is
 // far above the two forms' difference (< 5e-4 absolute); ReLU always.
 std::optional<TensorValue> detail::fuse_matmul_epilogue(LoweringContext& ctx, const Node& act,
-                                                        int64_t epilogue, bool exact_gelu) {
+                                                        loop::MatmulEpilogue epilogue,
+                                                        bool exact_gelu) {
   if (!on_cuda(act) || act.input_values().empty()) return std::nullopt;
   const DType dt = out_dtype(act);
   if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16) return std::nullopt;
@@ -463,7 +454,7 @@ std::optional<TensorValue> detail::fuse_matmul_epilogue(LoweringContext& ctx, co
             e->scalars[1] == 1.0))
         return std::nullopt;  // the epilogue adds the bias row unscaled
       if (ctx.program().buffer(e->outputs.at(0)).dtype != dt) return std::nullopt;
-      if (!e->ints.empty() && e->ints[0] != kEpilogueNone) return std::nullopt;
+      if (!e->ints.empty() && e->ints[0] != loop::kEpilogueNone) return std::nullopt;
       if (e->ints.empty()) e->ints = {epilogue, 0};
       e->ints[0] = epilogue;
       return ctx.arg_value(act, 0, "self");

@@ -206,6 +206,22 @@ BufferId LoweringContext::as_buffer(const TensorValue& v) {
   return program_->add_buffer(std::move(view));
 }
 
+TensorValue LoweringContext::window(BufferId base, DType dtype, Device device,
+                                    std::vector<sym::Expr> sizes, std::vector<sym::Expr> strides,
+                                    sym::Expr offset) {
+  loop::Buffer v;
+  v.kind = loop::BufferKind::View;
+  v.dtype = dtype;
+  v.device = device;
+  v.sizes = std::move(sizes);
+  v.strides = std::move(strides);
+  v.offset = offset && ctx().as_const(offset) != 0 ? offset : nullptr;
+  v.view_of = base;
+  TensorValue tv = from_buffer(program_->add_buffer(std::move(v)));
+  tv.device = device;
+  return tv;
+}
+
 TensorValue LoweringContext::from_buffer(BufferId id) {
   const loop::Buffer& buf = program_->buffer(id);
   TensorValue tv;

@@ -646,7 +646,8 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
 
   // ---- activations and their backwards
   r.add("aten.relu.default", [](LoweringContext& lc, const Node& n) {
-    if (auto fused = detail::fuse_matmul_epilogue(lc, n, 1, false)) return one(*fused);
+    if (auto fused = detail::fuse_matmul_epilogue(lc, n, loop::kEpilogueRelu, false))
+      return one(*fused);
     Operand x = arg_operand(lc, n, 0, "self");
     DType ct = dtype_compute(x.dtype());
     return one(make_pointwise(lc, {x}, ct, x.dtype(), [ct](BodyBuilder& b, auto& v) {
@@ -665,7 +666,8 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
     std::string approx = str_arg(n, 1, "approximate", "none");
     COIL_USER_CHECK(approx == "none" || approx == "tanh") << "gelu: approximate=" << approx;
     bool t = approx == "tanh";
-    if (auto fused = detail::fuse_matmul_epilogue(lc, n, 2, !t)) return one(*fused);
+    if (auto fused = detail::fuse_matmul_epilogue(lc, n, loop::kEpilogueGelu, !t))
+      return one(*fused);
     return one(make_pointwise(
         lc, {x}, dtype_compute(x.dtype()), x.dtype(),
         [t](BodyBuilder& b, auto& v) { return gelu_body(b, v[0], t); }, 8));

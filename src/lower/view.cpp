@@ -325,18 +325,7 @@ TensorValue reshape(LoweringContext& lc, const TensorValue& x, Index sizes) {
   }
   if (strides) {
     // A new strided window on the same storage, read through a View buffer: no index math.
-    loop::Buffer v;
-    v.kind = loop::BufferKind::View;
-    v.dtype = x.dtype;
-    v.device = x.device;
-    v.sizes = sizes;
-    v.strides = *strides;
-    v.offset =
-        (x.strided->offset && c.as_const(x.strided->offset) != 0) ? x.strided->offset : nullptr;
-    v.view_of = x.strided->base;
-    TensorValue tv = lc.from_buffer(lc.program().add_buffer(std::move(v)));
-    tv.device = x.device;
-    return tv;
+    return lc.window(x.strided->base, x.dtype, x.device, sizes, *strides, x.strided->offset);
   }
   if (c.as_const(total) == 0) {
     // No elements: nothing is ever loaded (and the strides below would divide by zero).
@@ -395,17 +384,7 @@ TensorValue as_strided(LoweringContext& lc, const Node& n) {
     }
     offset = c.sub(abs, base_abs);
   }
-  loop::Buffer v;
-  v.kind = loop::BufferKind::View;
-  v.dtype = x.dtype;
-  v.device = x.device;
-  v.sizes = sizes;
-  v.strides = strides;
-  v.offset = c.as_const(offset) == 0 ? nullptr : offset;
-  v.view_of = s.base;
-  TensorValue tv = lc.from_buffer(lc.program().add_buffer(std::move(v)));
-  tv.device = x.device;
-  return tv;
+  return lc.window(s.base, x.dtype, x.device, sizes, strides, offset);
 }
 
 // flip (prims.rev, what aten.flip decomposes to): index i of a flipped dim reads size-1-i. In

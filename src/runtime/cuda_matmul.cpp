@@ -4,14 +4,13 @@
 #include <memory>
 #include <vector>
 
+#include "coil/loop/program.h"
+
 namespace coil::runtime::detail {
 
 namespace cu = backend::cuda;
 
 namespace {
-
-// Below this many multiply-adds the copies cost more than the slow kernel loses.
-constexpr int64_t kPadMinWork = int64_t{1} << 31;
 
 bool misaligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; }
 
@@ -33,7 +32,8 @@ Side side_of(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
 bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc,
               std::string* why) {
   const int64_t es = dtype_size(g.dtype);
-  if (g.batch != 1 || es > 4 || g.m * g.n * g.k < kPadMinWork || !(g.c_stride1 == 1 || g.n == 1))
+  if (g.batch != 1 || es > 4 || g.m * g.n * g.k < loop::kMatmulPadMinWork ||
+      !(g.c_stride1 == 1 || g.n == 1))
     return cu::gemm(g, rc.stream, why);
   const int64_t per = 16 / es;
   const Side a = side_of(g.m, g.k, g.a.stride0, g.a.stride1);
@@ -94,8 +94,6 @@ bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& r
     p.c = block(mp * np);
     p.c_stride0 = np;
     p.c_stride1 = 1;
-  } else {
-    p.c_cols = np;
   }
   if (!cu::gemm(p, rc.stream, why)) return false;
   if (temp_c) steps.pad_copy(p.c, g.dtype, g.m, g.n, np, 1, g.c, g.m, g.n, g.c_stride0, rc.stream);

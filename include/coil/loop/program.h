@@ -137,6 +137,14 @@ struct ExternNode {
   std::string op;
 };
 
+// Mm / Addmm ints[0] (see COIL_EXTERN_KINDS): the activation cuBLASLt's epilogue applies.
+enum MatmulEpilogue : int64_t { kEpilogueNone = 0, kEpilogueRelu = 1, kEpilogueGelu = 2 };
+// CUDA products with at least this many multiply-adds and an extent that is not 16-byte aligned
+// run padded (runtime/cuda_matmul.cpp; below it the copies cost more than the slow kernel
+// loses); the lowering gives an mm's product padded columns (src/lower/linalg.cpp) on the same
+// rule.
+constexpr int64_t kMatmulPadMinWork = int64_t{1} << 31;
+
 using Step = std::variant<ComputeNode, ExternNode>;
 
 struct LoopProgram {

@@ -121,6 +121,11 @@ class LoweringContext {
   loop::BufferId as_buffer(const TensorValue& v);
   // A TensorValue reading buffer `id` (with its layout; views included).
   TensorValue from_buffer(loop::BufferId id);
+  // A strided window on `base`'s storage, read through a new View buffer (no index math):
+  // sizes and strides in elements, `offset` elements from the storage's start (nullptr or a
+  // constant 0: none).
+  TensorValue window(loop::BufferId base, DType dtype, Device device, std::vector<sym::Expr> sizes,
+                     std::vector<sym::Expr> strides, sym::Expr offset = nullptr);
   // A new contiguous Intermediate buffer for extern outputs.
   loop::BufferId new_buffer(DType dtype, std::vector<sym::Expr> sizes);
   void add_extern(loop::ExternNode node);

@@ -2,6 +2,8 @@
 // access is contiguous and aligned (kernel_emitter.h; docs/cuda-backend.md).
 #include "kernel_emitter.h"
 
+#include <algorithm>
+
 #include "coil/backend/common/scalar_expr.h"
 
 #include "coil/support/error.h"

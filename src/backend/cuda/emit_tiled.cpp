@@ -14,6 +14,8 @@
 // loads read global memory as in `_s`.
 #include "kernel_emitter.h"
 
+#include <algorithm>
+
 #include "coil/support/error.h"
 
 namespace coil::backend::cuda::detail {

@@ -5,7 +5,6 @@
 // transposed access), emit_rows.cpp (row kernels).
 #pragma once
 
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
