@@ -107,4 +107,14 @@ loop::InstrId load_or(loop::BodyBuilder& b, sym::Context& c, const TensorValue& 
                       const std::vector<sym::Expr>& index, sym::Expr mask_expr,
                       loop::InstrId other);
 
+// CUDA matmul operands (linalg.cpp). Values with fewer elements than this are not padded:
+// the runtime's copy of a small operand costs less than a kernel that writes the pad.
+constexpr int64_t kGemmPadOperandMinElements = int64_t{1} << 22;
+// The padded column count of a 2-d CUDA float value whose columns are not 16-byte aligned
+// (and that is large enough), or nullopt.
+std::optional<int64_t> gemm_operand_pad(const LoweringContext& ctx, const TensorValue& v);
+// Realizes 2-d `v` into a [rows, cols] buffer whose columns past v's hold zeros and returns
+// the [rows, n] window (marked: LoweringContext::is_zero_padded).
+TensorValue realize_zero_padded(LoweringContext& ctx, const TensorValue& v, int64_t cols);
+
 }  // namespace coil::lower::detail

@@ -607,11 +607,47 @@ TensorValue leading_window(LoweringContext& ctx, const TensorValue& v,
   return w;
 }
 
+// scatter with one index per line along `dim` (index of size 1 there, of self's size along
+// every other dim): out[i] = i[dim] == index[i with dim 0] ? src[i with dim 0] (or value)
+// : self[i], a pointwise that fuses with its neighbours. The one-hot of nll_loss's backward
+// (scatter of -1 into zeros, then scaled, summed and subtracted) becomes one row kernel
+// instead of a zero fill, a scatter and two passes over the [tokens, vocab] tensor. An index
+// out of range (an error in eager) writes nothing. nullopt where the shapes differ.
+std::optional<TensorValue> scatter_one_per_line(LoweringContext& ctx, const Node& node,
+                                                const TensorValue& x, const TensorValue& index,
+                                                int64_t dim, DType dt, bool has_src) {
+  sym::Context& c = ctx.ctx();
+  sym::Context* cx = &c;
+  if (index.sizes[dim] != c.one()) return std::nullopt;
+  for (size_t d = 0; d < x.sizes.size(); ++d)
+    if (static_cast<int64_t>(d) != dim && index.sizes[d] != x.sizes[d]) return std::nullopt;
+  TensorValue xv = cast_value(ctx, x, dt);
+  std::optional<TensorValue> src;
+  double value = 0;
+  if (has_src) {
+    src = cast_value(ctx, ctx.arg_value(node, 3, "src"), dt);
+  } else {
+    value = node.arg(3, "value")->as_double();
+  }
+  auto loader = [xv, index, src, value, dim, dt, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+    std::vector<Expr> at = i;
+    at[dim] = cx->zero();
+    InstrId where = b.cast(index.load(b, at), DType::Int64);
+    InstrId hit = b.op(InstrKind::Eq, DType::Bool, where, b.index_expr(i[dim]));
+    const DType ct = dtype_compute(dt);
+    InstrId v = src ? b.cast(src->load(b, at), ct) : b.constant(value, ct);
+    return b.op(InstrKind::Where, ct, hit, v, b.cast(xv.load(b, i), ct));
+  };
+  // The index is one value per line: it counts as a load (as broadcast operands, pointwise.cpp).
+  int cost = xv.inline_cost + 4 + (src ? src->inline_cost : 0);
+  int reads = xv.inline_reads + index.inline_reads + (src ? src->inline_reads : 0);
+  return ctx.pointwise(dt, x.sizes, loader, cost, reads);
+}
+
 // scatter.src / scatter.value: out = self; out[..., index[p], ...] = src[p] (or value). An
 // IndexPut whose index tensors are `index` for `dim` and a zero-strided arange for every other
 // dim (no extra kind for the runtime to implement).
 std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, bool has_src) {
-  if (on_cuda(node)) return aten_extern(ctx, node);
   sym::Context& c = ctx.ctx();
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const TensorValue& index = ctx.arg_value(node, 2, "index");
@@ -620,6 +656,8 @@ std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, b
       << "scatter: index must have the rank of self (and self be at least 1-d)";
   int64_t dim = normalize_dim(node.arg(1, "dim")->as_int(), rank);
   DType dt = out_dtype(node);
+  if (auto one_hot = scatter_one_per_line(ctx, node, x, index, dim, dt, has_src)) return {*one_hot};
+  if (on_cuda(node)) return aten_extern(ctx, node);
   std::vector<TensorValue> indices;
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < rank; ++d) {

@@ -60,19 +60,74 @@ std::optional<int64_t> padded_columns(const Node& node, DType dt, const TensorVa
   return (*n + per - 1) / per * per;
 }
 
+}  // namespace
+
+// A CUDA product pads an operand whose contiguous extent is not a multiple of 16 bytes
+// (runtime/cuda_matmul.cpp): GPT-2's LM-head gradient [4096, 50257] in float32 was copied
+// into a padded operand twice per training step (2 x 550 us on the H100). Realized with
+// zeroed pad columns instead, both products read it in place (ints[2]).
+std::optional<int64_t> detail::gemm_operand_pad(const LoweringContext& ctx, const TensorValue& v) {
+  if (v.device != Device::CUDA || v.sizes.size() != 2) return std::nullopt;
+  if (v.dtype != DType::Float32 && v.dtype != DType::BFloat16 && v.dtype != DType::Float16)
+    return std::nullopt;
+  auto rows = ctx.ctx().as_const(v.sizes[0]), cols = ctx.ctx().as_const(v.sizes[1]);
+  const int64_t per = 16 / dtype_size(v.dtype);
+  if (!rows || !cols || *cols % per == 0 || *rows * *cols < kGemmPadOperandMinElements)
+    return std::nullopt;
+  return (*cols + per - 1) / per * per;
+}
+
+TensorValue detail::realize_zero_padded(LoweringContext& ctx, const TensorValue& v, int64_t cols) {
+  sym::Context& c = ctx.ctx();
+  sym::Context* cx = &c;
+  const Expr n = v.sizes[1];
+  TensorValue padded = ctx.pointwise(
+      v.dtype, {v.sizes[0], c.constant(cols)},
+      [v, n, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+        return load_or(b, *cx, v, i, cx->lt(i[1], n), b.constant(0, dtype_compute(v.dtype)));
+      },
+      v.inline_cost + 2, v.inline_reads);
+  padded.device = v.device;
+  TensorValue storage = ctx.realize_with_strides(padded, contiguous_strides(c, padded.sizes));
+  TensorValue w =
+      ctx.window(storage.strided->base, v.dtype, v.device, v.sizes, {c.constant(cols), c.one()});
+  ctx.mark_zero_padded(w);
+  return w;
+}
+
+namespace {
+
+// The ints of a CUDA Mm / Addmm: the epilogue, padded columns, the zero-padded operands.
+std::vector<int64_t> matmul_ints(const LoweringContext& ctx, const TensorValue& a,
+                                 const TensorValue& b, bool padded_out) {
+  const int64_t zero = (ctx.is_zero_padded(a) ? loop::kZeroPaddedA : 0) |
+                       (ctx.is_zero_padded(b) ? loop::kZeroPaddedB : 0);
+  if (zero == 0 && !padded_out) return {};
+  return {loop::kEpilogueNone, padded_out ? 1 : 0, zero};
+}
+
+// A product's operand that is not yet in memory, realized zero-padded where the product would
+// otherwise copy it into a padded operand.
+TensorValue gemm_operand(LoweringContext& ctx, const TensorValue& v) {
+  if (v.strided) return v;
+  if (auto cols = gemm_operand_pad(ctx, v)) return realize_zero_padded(ctx, v, *cols);
+  return v;
+}
+
 std::vector<TensorValue> lower_mm(LoweringContext& ctx, const Node& node) {
-  const TensorValue& a = ctx.arg_value(node, 0, "self");
-  const TensorValue& b = ctx.arg_value(node, 1, "mat2");
+  const TensorValue a = gemm_operand(ctx, ctx.arg_value(node, 0, "self"));
+  const TensorValue b = gemm_operand(ctx, ctx.arg_value(node, 1, "mat2"));
   COIL_USER_CHECK(a.sizes.size() == 2 && b.sizes.size() == 2) << "mm: 2-d operands expected";
   const DType dt = out_dtype(node);
   sym::Context& c = ctx.ctx();
   if (auto np = padded_columns(node, dt, a, b, c)) {
     BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], c.constant(*np)},
-                              {}, {loop::kEpilogueNone, 1});
+                              {}, matmul_ints(ctx, a, b, true));
     return {
         ctx.window(out, dt, Device::CUDA, {a.sizes[0], b.sizes[1]}, {c.constant(*np), c.one()})};
   }
-  BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], b.sizes[1]});
+  BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], b.sizes[1]}, {},
+                            matmul_ints(ctx, a, b, false));
   return {ctx.from_buffer(out)};
 }
 
@@ -95,14 +150,14 @@ double scalar_arg(const Node& node, size_t i, std::string_view name, double def)
 // the bias is passed as is (broadcastable to [M, N]; the kernel broadcasts it).
 std::vector<TensorValue> lower_addmm(LoweringContext& ctx, const Node& node) {
   const TensorValue& bias = ctx.arg_value(node, 0, "self");
-  const TensorValue& a = ctx.arg_value(node, 1, "mat1");
-  const TensorValue& b = ctx.arg_value(node, 2, "mat2");
+  const TensorValue a = gemm_operand(ctx, ctx.arg_value(node, 1, "mat1"));
+  const TensorValue b = gemm_operand(ctx, ctx.arg_value(node, 2, "mat2"));
   COIL_USER_CHECK(a.sizes.size() == 2 && b.sizes.size() == 2) << "addmm: 2-d operands expected";
   COIL_USER_CHECK(bias.sizes.size() <= 2) << "addmm: bias of rank > 2";
   double beta = scalar_arg(node, 3, "beta", 1.0);
   double alpha = scalar_arg(node, 4, "alpha", 1.0);
   BufferId out = run_extern(ctx, node, ExternKind::Addmm, {bias, a, b}, out_dtype(node),
-                            {a.sizes[0], b.sizes[1]}, {beta, alpha});
+                            {a.sizes[0], b.sizes[1]}, {beta, alpha}, matmul_ints(ctx, a, b, false));
   return {ctx.from_buffer(out)};
 }
 

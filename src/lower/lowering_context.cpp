@@ -222,6 +222,20 @@ TensorValue LoweringContext::window(BufferId base, DType dtype, Device device,
   return tv;
 }
 
+bool LoweringContext::is_zero_padded(const TensorValue& v) const {
+  if (!v.strided || v.sizes.size() != 2) return false;
+  const StridedRef& s = *v.strided;
+  for (const TensorValue& w : zero_padded_) {
+    const StridedRef& ws = *w.strided;
+    if (ws.base != s.base || ws.offset != s.offset) continue;
+    if (v.sizes == w.sizes && s.strides == ws.strides) return true;
+    if (v.sizes[0] == w.sizes[1] && v.sizes[1] == w.sizes[0] && s.strides[0] == ws.strides[1] &&
+        s.strides[1] == ws.strides[0])
+      return true;
+  }
+  return false;
+}
+
 TensorValue LoweringContext::from_buffer(BufferId id) {
   const loop::Buffer& buf = program_->buffer(id);
   TensorValue tv;
@@ -336,6 +350,17 @@ std::vector<sym::Expr> broadcast_index(sym::Context& ctx, const std::vector<sym:
     out[k] = ctx.as_const(sizes[k]) == 1 ? ctx.zero() : index[off + k];
   }
   return out;
+}
+
+bool is_broadcast_in(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
+                     const std::vector<sym::Expr>& out) {
+  if (sizes.size() > out.size()) return false;
+  const size_t off = out.size() - sizes.size();
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (ctx.as_const(out[k]) == 1) continue;
+    if (k < off || ctx.as_const(sizes[k - off]) == 1) return true;
+  }
+  return false;
 }
 
 int64_t normalize_dim(int64_t dim, int64_t rank) {

@@ -150,13 +150,19 @@ struct OperandSummary {
   int cost = 0;
   int reads = 0;
 };
+// An operand broadcast along some dim of the result (a per-row scale, a [rows, 1] target) is
+// one value per many elements: its chain counts as a load towards the result's cost, so that a
+// cheap per-element value over per-row inputs (nll_loss's scaled one-hot) stays inline for its
+// two readers instead of being realized at the full [rows, cols] size (realize.h).
 OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int cost) {
   OperandSummary s;
   s.cost = cost;
+  for (const Operand& o : ops)
+    if (o.is_tensor()) s.sizes = broadcast_shapes(c, s.sizes, o.t.sizes);
   for (const Operand& o : ops) {
     if (!o.is_tensor()) continue;
-    s.sizes = broadcast_shapes(c, s.sizes, o.t.sizes);
-    s.cost += o.t.inline_cost;
+    s.cost +=
+        is_broadcast_in(c, o.t.sizes, s.sizes) ? std::min(o.t.inline_cost, 1) : o.t.inline_cost;
     s.reads += o.t.inline_reads;
   }
   return s;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "coil/graph/tensor_meta.h"
+#include "family_util.h"
 
 namespace coil::lower {
 
@@ -50,6 +51,21 @@ std::vector<sym::Expr> dense_strides_like(sym::Context& ctx, const TensorMeta& m
   return out;
 }
 
+namespace {
+
+// Whether every reader of `v` is a matrix product or a transposed view (which a product reads).
+bool feeds_products(const Value* v) {
+  for (const Node* u : v->users()) {
+    const std::string& op = u->op();
+    if (op != "aten.mm.default" && op != "aten.addmm.default" && op != "aten.permute.default" &&
+        op != "aten.t.default" && op != "aten.transpose.int")
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void apply_realize_rule(LoweringContext& ctx, const Node& node) {
   const auto& outs = ctx.graph().outputs();
   for (const Value* out : node.outputs()) {
@@ -61,6 +77,14 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
     // when something else reads them too, so that the users read the buffer.
     if (is_output && distinct == 0) continue;
     const TensorValue& tv = ctx.value(out);
+    // Read only by products (directly or transposed), which would each realize it: once,
+    // zero-padded where they would pad it (detail::realize_zero_padded).
+    if (!is_output && !tv.strided && feeds_products(out)) {
+      if (auto cols = detail::gemm_operand_pad(ctx, tv)) {
+        ctx.set_value(out, detail::realize_zero_padded(ctx, tv, *cols));
+        continue;
+      }
+    }
     if (realize_reason(tv, distinct, is_output, ctx.options()) != RealizeReason::None) {
       if (is_output) {
         ctx.realize_with_strides(tv, dense_strides_like(ctx.ctx(), out->meta()));

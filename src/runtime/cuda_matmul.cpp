@@ -45,8 +45,16 @@ bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& r
   const int64_t mp = pad_m ? round_up(g.m, per) : g.m;
   const int64_t kp = pad_k ? round_up(g.k, per) : g.k;
   const int64_t np = pad_n ? round_up(g.n, per) : g.n;
-  const bool repack_a = pad_m || pad_k || (a.ld * es) % 16 != 0 || misaligned(g.a.data);
-  const bool repack_b = pad_k || pad_n || (b.ld * es) % 16 != 0 || misaligned(g.b.data);
+  // An operand padded only along its contiguous dim, whose storage holds zeros there up to
+  // its (aligned) leading stride, is read padded in place.
+  const bool a_in_place =
+      g.a_zero_padded && a.ld >= (a.row_major ? kp : mp) && (a.row_major ? !pad_m : !pad_k);
+  const bool b_in_place =
+      g.b_zero_padded && b.ld >= (b.row_major ? np : kp) && (b.row_major ? !pad_k : !pad_n);
+  const bool repack_a =
+      ((pad_m || pad_k) && !a_in_place) || (a.ld * es) % 16 != 0 || misaligned(g.a.data);
+  const bool repack_b =
+      ((pad_k || pad_n) && !b_in_place) || (b.ld * es) % 16 != 0 || misaligned(g.b.data);
   // C written in place: its rows are aligned and, when N is padded, hold N_pad columns (the
   // lowering gave a CUDA mm's product such a buffer: src/lower/linalg.cpp).
   const bool c_room = g.c_cols >= np && (g.c_stride0 * es) % 16 == 0 && !misaligned(g.c);

@@ -379,10 +379,13 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         call.adoptable.push_back(exclusive);
       }
       bool has_host = static_cast<bool>(m.fallback) && node->graph_node >= 0;
-      // A product with a fused activation or padded columns is not what the host's op returns.
+      // A product with a fused activation or padded columns is not what the host's op returns
+      // (ints[2], the zero-padded operands, is only a hint).
       const bool matmul_variant =
           (node->kind == ExternKind::Mm || node->kind == ExternKind::Addmm) &&
-          std::any_of(node->ints.begin(), node->ints.end(), [](int64_t v) { return v != 0; });
+          std::any_of(node->ints.begin(),
+                      node->ints.begin() + std::min<size_t>(2, node->ints.size()),
+                      [](int64_t v) { return v != 0; });
       bool host_ok = has_host && !matmul_variant &&
                      (node->kind == ExternKind::Fallback ||
                       (!canonical_op(node->kind).empty() && node->op == canonical_op(node->kind)));
@@ -574,6 +577,9 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
   g.c_stride1 = out.strides[o + 1];
   g.c_cols = out.sizes[o + 1];  // > n where the lowering padded the product's columns
   g.activation = call.ints.empty() ? 0 : static_cast<int>(call.ints[0]);
+  const int64_t zero_padded = call.ints.size() > 2 ? call.ints[2] : 0;
+  g.a_zero_padded = (zero_padded & loop::kZeroPaddedA) != 0;
+  g.b_zero_padded = (zero_padded & loop::kZeroPaddedB) != 0;
   g.c_batch_stride = r == 3 ? out.strides[0] : 0;
   if (g.batch > 1 && (a.sizes[0] == 1 || b.sizes[0] == 1)) {
     *why = "broadcast batch";

@@ -118,6 +118,41 @@ def test_reduction_over_leading_dim_and_full():
     _check(lambda a: (a * a).sum(), x)
 
 
+# Reductions over rows (bias and LayerNorm-weight gradients) take the column entry point _c:
+# C adjacent columns per warp, each column split over the block's lanes. Heuristic launch
+# (the _c entry itself) and autotuned; ragged column counts (a block past the last column),
+# fewer columns than a warp's C, a softmax over dim 0 (a reduction and a pointwise member),
+# arg reductions with ties, bf16 with float accumulation, int64 and bool.
+@pytest.mark.gpu
+@pytest.mark.parametrize("autotune", [False, True])
+@pytest.mark.parametrize("cols", [3, 33, 768])
+def test_column_reductions(cols, autotune):
+    opts = {"cuda_autotune": autotune}
+
+    def check(fn, *inputs, dtype=torch.float32, tol=None):
+        got, want = _run(fn, *inputs, options=opts)
+        if dtype.is_floating_point:
+            torch.testing.assert_close(got, want, **(tol or TOL[dtype]))
+        else:
+            got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+            assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+    x, y = _randn(4096, cols), _randn(4096, cols)
+    sums = dict(rtol=1e-4, atol=1e-3)
+    check(lambda a: a.sum(0), x, tol=sums)
+    check(lambda a, b: ((a * b).sum(0), a.sum(0)), x, y, tol=sums)
+    check(lambda a: a.view(8, 512, cols).sum([0, 1]), x, tol=sums)
+    check(lambda a: torch.softmax(a, 0), x)
+    check(lambda a: a.var(0), x, tol=sums)
+    ties = torch.randint(0, 4, (4096, cols), device="cuda").float()
+    check(lambda a: (a.argmax(0), a.argmin(0)), ties, dtype=torch.int64)
+    xb = _randn(4096, cols, dtype=torch.bfloat16)
+    check(lambda a: a.sum(0), xb, dtype=torch.bfloat16, tol=dict(rtol=2e-2, atol=5e-1))
+    xi = torch.randint(-100, 100, (4096, cols), device="cuda")
+    check(lambda a: a.sum(0), xi, dtype=torch.int64)
+    check(lambda a: (a > 95).any(0), xi, dtype=torch.bool)
+
+
 @pytest.mark.gpu
 def test_argmax_and_mean_bf16():
     x = _randn(40, 3000)
@@ -254,6 +289,39 @@ def test_mm_with_odd_n_keeps_padded_rows(dtype):
     got2, want2 = _run(lambda a, b: (lambda y: (y, torch.softmax(y.float(), -1)))(a @ b.t()), x, w)
     torch.testing.assert_close(got2[0].float(), want2[0].float(), **tol)
     torch.testing.assert_close(got2[1], want2[1], rtol=2e-2, atol=2e-3)
+
+
+# A computed operand with unaligned columns that products read (the LM head's logits
+# gradient, [tokens, vocab]) is realized into a zero-padded buffer (src/lower/linalg.cpp), and
+# both products of the backward (grad @ W, grad^T @ x) read it padded in place: the same
+# numbers as eager, and the gradients of the padded columns' neighbours untouched.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_products_read_zero_padded_operands(dtype, tmp_path):
+    x = _randn(4096, 1024, dtype=dtype) * 0.03
+    w = _randn(1025, 1024, dtype=dtype)
+    target = torch.randint(0, 1025, (4096,), device="cuda")
+
+    def fwd_bwd(a, b, t):
+        a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+        return torch.autograd.grad(F.cross_entropy((a @ b.t()).float(), t), (a, b))
+
+    torch._dynamo.reset()
+    coil.reset_report()
+    a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+    compiled = torch.compile(lambda p, q, t: F.cross_entropy((p @ q.t()).float(), t),
+                             backend="coil",
+                             options={"strict": True, "debug": True, "debug_dir": str(tmp_path)})
+    compiled(a, b, target).backward()
+    rep = coil.report()
+    assert rep.graphs_compiled >= 2 and not rep.graphs_fallen_back, str(rep)
+    backward = "".join(p.read_text() for p in tmp_path.glob("*backward*/02_loop_program.txt"))
+    in_place = [ln for ln in backward.splitlines() if "extern mm" in ln and "ints [0, 0, 1]" in ln]
+    assert len(in_place) == 2, backward
+    want = fwd_bwd(x, w, target)
+    tol = dict(rtol=1e-3, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=1e-3)
+    torch.testing.assert_close(a.grad.float(), want[0].float(), **tol)
+    torch.testing.assert_close(b.grad.float(), want[1].float(), **tol)
 
 
 # ReLU / GELU applied to a Linear's output run in cuBLASLt's epilogue (src/lower/linalg.cpp):

@@ -139,6 +139,11 @@ struct ExternNode {
 
 // Mm / Addmm ints[0] (see COIL_EXTERN_KINDS): the activation cuBLASLt's epilogue applies.
 enum MatmulEpilogue : int64_t { kEpilogueNone = 0, kEpilogueRelu = 1, kEpilogueGelu = 2 };
+// Mm / Addmm ints[1]: 1 where the product's buffer has padded columns (src/lower/linalg.cpp);
+// ints[2]: these bits for the operands whose storage holds zeros past their contiguous extent,
+// up to its 16-byte-aligned row stride (lower/detail::realize_zero_padded): the runtime reads
+// them padded in place instead of copying them into padded operands.
+enum MatmulZeroPadded : int64_t { kZeroPaddedA = 1, kZeroPaddedB = 2 };
 // CUDA products with at least this many multiply-adds and an extent that is not 16-byte aligned
 // run padded (runtime/cuda_matmul.cpp; below it the copies cost more than the slow kernel
 // loses); the lowering gives an mm's product padded columns (src/lower/linalg.cpp) on the same

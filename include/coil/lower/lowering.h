@@ -126,6 +126,11 @@ class LoweringContext {
   // constant 0: none).
   TensorValue window(loop::BufferId base, DType dtype, Device device, std::vector<sym::Expr> sizes,
                      std::vector<sym::Expr> strides, sym::Expr offset = nullptr);
+  // Windows whose storage holds zeros past the window's last dim, up to its row stride
+  // (detail::realize_zero_padded): a CUDA matmul reads such an operand padded in place.
+  void mark_zero_padded(const TensorValue& window) { zero_padded_.push_back(window); }
+  // Whether `v` reads a whole such window, or its transpose, from its origin.
+  bool is_zero_padded(const TensorValue& v) const;
   // A new contiguous Intermediate buffer for extern outputs.
   loop::BufferId new_buffer(DType dtype, std::vector<sym::Expr> sizes);
   void add_extern(loop::ExternNode node);
@@ -145,6 +150,7 @@ class LoweringContext {
   std::vector<const Value*> owners_;                // the Value of each set slot
   int next_var_ = 0;
   sym::Expr rng_offset_ = nullptr;
+  std::vector<TensorValue> zero_padded_;
 };
 
 // Small helpers shared by the family files.
@@ -154,6 +160,10 @@ std::vector<sym::Expr> broadcast_shapes(sym::Context& ctx, const std::vector<sym
 // The index into a value of `sizes` for an element at `index` of the broadcast result.
 std::vector<sym::Expr> broadcast_index(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
                                        const std::vector<sym::Expr>& index);
+// Whether a value of `sizes` is broadcast to `out` (has fewer dims, or size 1 where `out` is not
+// the constant 1): it has fewer distinct elements than the result.
+bool is_broadcast_in(sym::Context& ctx, const std::vector<sym::Expr>& sizes,
+                     const std::vector<sym::Expr>& out);
 // Normalizes a possibly negative dim against rank.
 int64_t normalize_dim(int64_t dim, int64_t rank);
 

@@ -6,7 +6,10 @@
 //   - it has several users and its inline_cost is above kReuseInlineCost, or
 //   - inlining it would read more than options.max_inline_reads buffers, or
 //   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
-//   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it).
+//   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it), or
+//   - it is a large CUDA matrix with unaligned columns that only products read (directly or
+//     transposed): realized once, into a zero-padded buffer the products read in place
+//     (lower/linalg.cpp, detail::realize_zero_padded).
 // Values that are strided windows of a buffer (inputs, realized buffers, views of them) are never
 // copied by this rule.
 #pragma once

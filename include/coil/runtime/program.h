@@ -41,7 +41,7 @@ using KernelFn = void (*)(void* const* bufs, const int64_t* sizes);
 struct CudaKernels {
   std::shared_ptr<void> module;  // keeps the loaded module alive
   std::vector<backend::cuda::CudaKernel> kernels;
-  std::vector<std::array<void*, 4>> functions;
+  std::vector<std::array<void*, 5>> functions;
   const backend::cuda::DeviceInfo* device = nullptr;
   std::string key;  // identifies the module (hash of its source and NVRTC command), for caches
 };

@@ -315,6 +315,36 @@ COIL_INLINE int16_t shfl_xor(int16_t v, int mask) {
   return int16_t(__shfl_xor_sync(0xffffffffu, int(v), mask));
 }
 
+// Row kernels' thread groups (emit_rows.cpp): G = 32 a warp per row, G = 0 the whole block
+// per row, G = -C the column layout: thread t serves row r0 + t % C as lane t / C, so a
+// warp's 32 threads read C adjacent rows (columns of a row-major matrix) at once.
+template <int G>
+COIL_INLINE int group_size() {
+  if constexpr (G > 0) return G;
+  else if constexpr (G == 0) return blockDim.x;
+  else return blockDim.x / -G;
+}
+template <int G>
+COIL_INLINE int group_lane() {
+  if constexpr (G > 0) return threadIdx.x & (G - 1);
+  else if constexpr (G == 0) return threadIdx.x;
+  else return threadIdx.x / -G;
+}
+template <int G>
+COIL_INLINE int rows_per_block() {
+  if constexpr (G > 0) return blockDim.x / G;
+  else if constexpr (G == 0) return 1;
+  else return -G;
+}
+// This thread's row in the block's rows starting at r0; in the column layout a thread past
+// the end takes the last row (every thread must reach the block's barriers).
+template <int G>
+COIL_INLINE int64_t group_row(int64_t r0, int64_t rows) {
+  if constexpr (G > 0) return r0 + threadIdx.x / G;
+  else if constexpr (G == 0) return r0;
+  else return min(r0 + int64_t(threadIdx.x % -G), rows - 1);
+}
+
 template <int G>
 COIL_INLINE void group_sync() {
   if (G == 32) {
@@ -333,9 +363,36 @@ struct SharedSlots {
   }
 };
 
+// The column layout's shared slots: one per column and warp (Tag: a second array of a type).
+template <class T, int C, int Tag = 0>
+struct ColumnSlots {
+  COIL_INLINE static T* get() {
+    __shared__ T slots[32 * C];
+    return slots;
+  }
+};
+
+// The column layout's reduction: the lanes of a column within a warp by shuffles, then the
+// warps through shared memory; every lane of the column gets the result.
+template <int C, class Op, class T>
+COIL_INLINE T column_reduce(T v) {
+#pragma unroll
+  for (int m = 16; m >= C; m >>= 1) v = Op::apply(v, shfl_xor(v, m));
+  T* slots = ColumnSlots<T, C>::get();
+  const int warps = (blockDim.x + 31) >> 5;
+  const int col = threadIdx.x % C;
+  if ((threadIdx.x & 31) < C) slots[(threadIdx.x >> 5) * C + col] = v;
+  __syncthreads();
+  T r = slots[col];
+  for (int w = 1; w < warps; ++w) r = Op::apply(r, slots[w * C + col]);
+  __syncthreads();  // the slots may be reused by the next reduction
+  return r;
+}
+
 // Every thread of the group gets the reduction of the group's values.
 template <int G, class Op, class T>
 COIL_INLINE T group_reduce(T v) {
+  if constexpr (G < 0) return column_reduce<-G, Op>(v);
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) v = Op::apply(v, shfl_xor(v, m));
   if (G == 32) return v;
@@ -358,8 +415,42 @@ COIL_INLINE bool arg_better(T v, int64_t i, T best, int64_t bi) {
   if (v == best) return i < bi;
   return Max ? v > best : v < best;
 }
+template <int C, bool Max, class T>
+COIL_INLINE void column_argreduce(T& best, int64_t& index) {
+#pragma unroll
+  for (int m = 16; m >= C; m >>= 1) {
+    T ov = shfl_xor(best, m);
+    int64_t oi = shfl_xor(index, m);
+    if (arg_better<Max>(ov, oi, best, index)) {
+      best = ov;
+      index = oi;
+    }
+  }
+  T* vs = ColumnSlots<T, C>::get();
+  int64_t* is = ColumnSlots<int64_t, C, 1>::get();
+  const int warps = (blockDim.x + 31) >> 5;
+  const int col = threadIdx.x % C;
+  if ((threadIdx.x & 31) < C) {
+    vs[(threadIdx.x >> 5) * C + col] = best;
+    is[(threadIdx.x >> 5) * C + col] = index;
+  }
+  __syncthreads();
+  best = vs[col];
+  index = is[col];
+  for (int w = 1; w < warps; ++w)
+    if (arg_better<Max>(vs[w * C + col], is[w * C + col], best, index)) {
+      best = vs[w * C + col];
+      index = is[w * C + col];
+    }
+  __syncthreads();
+}
+
 template <int G, bool Max, class T>
 COIL_INLINE void group_argreduce(T& best, int64_t& index) {
+  if constexpr (G < 0) {
+    column_argreduce<-G, Max>(best, index);
+    return;
+  }
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) {
     T ov = shfl_xor(best, m);

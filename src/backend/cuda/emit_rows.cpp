@@ -66,6 +66,39 @@ int KernelEmitter::row_vector_width() {
   return starts_aligned(starts, vec) ? vec : 0;
 }
 
+// Columns per warp of the column entry point _c, or 0 for none. Where the members' row loops
+// read more bytes across rows (stride 1 along the last outer variable: the bias gradient's
+// sum over the rows of a [tokens, features] tensor) than along them, a warp of the row-per-
+// warp layout would touch a sector per element. The column layout gives the threads of a
+// warp C adjacent rows instead (C elements of the widest such load make a 32-byte sector),
+// and splits each row over the lanes t / C of the block.
+int KernelEmitter::row_column_width() {
+  const size_t k = k_.outer_ranges.size();
+  if (k == 0 || row_vec_) return 0;
+  int64_t across = 0, along = 0;
+  int max_size = 1;
+  for (const ComputeNode* n : nodes_) {
+    auto [var, range] = row_inner_var(*n);
+    if (!var || n->index_vars.size() < k) continue;
+    for (const Instr& in : n->body.instrs) {
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.buffer == p_.rng_state)
+        continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      const int size = dtype_size(buf(in.buffer).dtype);
+      const auto inner = stride_along(flat, var);
+      if (inner == std::optional<int64_t>(0)) continue;  // once per row, not the loop's traffic
+      if (inner == std::optional<int64_t>(1)) {
+        along += size;
+      } else if (stride_along(flat, n->index_vars[k - 1]) == std::optional<int64_t>(1)) {
+        across += size;
+        max_size = std::max(max_size, size);
+      }
+    }
+  }
+  if (across <= along) return 0;
+  return std::max(4, 32 / max_size);
+}
+
 // The inner variables of a member that loops inside the row, in loop order.
 std::vector<Expr> KernelEmitter::row_inner_vars(const ComputeNode& n) {
   if (n.is_reduction()) return n.reduction_vars;
@@ -191,6 +224,7 @@ void KernelEmitter::emit_rows() {
   const int vec = row_vector_width();
   row_vec_ = vec > 0;
   info_.vec = vec;
+  info_.column = row_column_width();
   line(row_vec_ ? "template <int G, int V>" : "template <int G>");
   line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
   ++indent_;
@@ -203,13 +237,18 @@ void KernelEmitter::emit_rows() {
       line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
            std::to_string(slot.elements) + " / V : 1];");
   }
-  line("const int g_ = G ? G : blockDim.x;");
-  line("const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;");
-  line("const int64_t rpb_ = blockDim.x / g_;");
+  // G: 32 a warp per row, 0 the block per row, -C the column layout (row_column_width).
+  line("const int g_ = coil::group_size<G>();");
+  line("const int lane_ = coil::group_lane<G>();");
+  line("const int64_t rpb_ = coil::rows_per_block<G>();");
   line("const int64_t rows_ = " + idx(product(k_.outer_ranges)) + ";");
+  // The loop is uniform across the block (the column layout's group reductions sync the
+  // block): a column past the end redoes the last one, writing the same values.
   open(
-      "for (int64_t row_ = int64_t(blockIdx.x) * rpb_ + threadIdx.x / g_; row_ < rows_; row_ "
-      "+= int64_t(gridDim.x) * rpb_) {");
+      "for (int64_t r0_ = int64_t(blockIdx.x) * rpb_; r0_ < rows_; r0_ += int64_t(gridDim.x) * "
+      "rpb_) {");
+  line("const int64_t row_ = coil::group_row<G>(r0_, rows_);");
+  line("if (G > 0 && row_ >= rows_) break;");
   std::vector<std::string> vars;
   for (size_t j = 0; j < k; ++j) vars.push_back("x" + std::to_string(j));
   decompose("(" + T + ")row_", vars, k_.outer_ranges);
@@ -300,6 +339,7 @@ void KernelEmitter::emit_rows() {
     entry("_wv", "32, " + V);
     entry("_bv", "0, " + V);
   }
+  if (info_.column > 0) entry("_c", std::to_string(-info_.column));
   line("");
   row_vec_ = false;
   row_cache_.clear();

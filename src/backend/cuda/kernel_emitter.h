@@ -85,6 +85,7 @@ class KernelEmitter {
   // ---------------------------------------------------------------- row kernels
   std::pair<Expr, Expr> row_inner_var(const ComputeNode& n);
   int row_vector_width();
+  int row_column_width();
   std::vector<Expr> row_inner_vars(const ComputeNode& n);
   void bind_member_names(size_t m, const std::vector<std::string>& vars);
   // A piece of a row loop's step: emitted once per element (per_element) or once per step

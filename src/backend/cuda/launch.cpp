@@ -9,6 +9,25 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 unsigned clamp_grid(int64_t blocks, int64_t limit) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, limit)));
 }
+
+// The column entry point (_c, entry 4): C rows per block-row of threads, the block's
+// t / C lanes splitting each row. Threads: `block`, or where 0, enough to fill the device
+// (about 2048 per SM) with at least 8 elements per lane, 128 to 1024.
+LaunchConfig column_launch(const CudaKernel& k, int64_t work, int64_t row_size,
+                           const DeviceInfo& dev, int64_t block) {
+  const int64_t sms = std::max(1, dev.sm_count);
+  const int64_t groups = ceil_div(work, k.column);
+  if (block == 0) {
+    block = 1024;
+    while (block > 128 && (groups * block > sms * 2048 * 2 || (block / k.column) * 8 > row_size))
+      block /= 2;
+  }
+  LaunchConfig c;
+  c.entry = 4;
+  c.block = static_cast<unsigned>(block);
+  c.grid = clamp_grid(groups, sms * (2048 / block) * 4);
+  return c;
+}
 }  // namespace
 
 std::string entry_name(const CudaKernel& k, int entry) {
@@ -18,6 +37,7 @@ std::string entry_name(const CudaKernel& k, int entry) {
     static const char* const pointwise[] = {"_s", "_v", "_t"};
     return base + pointwise[entry];
   }
+  if (entry == 4) return k.column > 0 ? base + "_c" : "";
   if (entry >= 2 && k.vec == 0) return "";
   if (entry == 0 && k.vec > 0) return "";  // vector row kernels have no scalar _w
   static const char* const rows[] = {"_w", "_b", "_wv", "_bv"};
@@ -45,6 +65,7 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
     c.grid = clamp_grid(ceil_div(threads, c.block), sms * 32);
     return c;
   }
+  if (k.column > 0) return column_launch(k, work, row_size, dev, 0);
   // The vector entry points (_wv, _bv) are entries 2 and 3; kernels that have them have no
   // scalar _w (entry 0), so unaligned pointers take _b whatever the row length.
   const int vec = k.vec > 0 && aligned ? 2 : 0;
@@ -96,6 +117,8 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
     }
     return out;
   }
+  if (k.column > 0)
+    for (int64_t b : {128, 256, 512, 1024}) add(column_launch(k, work, row_size, dev, b));
   const int vec = k.vec > 0 && aligned ? 2 : 0;
   if (row_size <= 4 * kWarpRowLimit && !(k.vec > 0 && !aligned)) {
     for (int64_t b : {128, 256, 512})

@@ -256,6 +256,51 @@ TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
   EXPECT_EQ(plain.kernels[0].tile, 0);
 }
 
+// Reductions over the rows of a row-major matrix (bias gradients, LayerNorm-weight gradients,
+// an argmax over dim 0) read across rows: they get the column entry point _c, C adjacent
+// columns per warp (8 for f32, 16 for bf16); row reductions do not.
+TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[4096, 768]@cuda, %1: f32[4096, 768]@cuda, %2: bf16[300, 50]@cuda):\n"
+      "  %3: f32[4096, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %4: f32[768]@cuda = aten.sum.dim_IntList(%3, [0])\n"
+      "  %5: f32[768]@cuda = aten.sum.dim_IntList(%0, [0])\n"
+      "  %6: i64[50]@cuda = aten.argmax.default(%2, 0)\n"
+      "  %7: bf16[300, 50]@cuda = aten._softmax.default(%2, 0, false)\n"
+      "  return (%4, %5, %6, %7)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  int columns = 0;
+  for (const auto& k : src.kernels) {
+    if (k.kind != KernelKind::Rows) continue;
+    ++columns;
+    EXPECT_EQ(backend::cuda::entry_name(k, 4), k.name + "_c") << code;
+    EXPECT_NE(code.find(k.name + "_impl<-" + std::to_string(k.column) + ">"), std::string::npos)
+        << code;
+  }
+  EXPECT_GE(columns, 2) << code;
+  std::set<int> widths;
+  for (const auto& k : src.kernels) widths.insert(k.column);
+  EXPECT_TRUE(widths.count(8)) << code;
+  EXPECT_TRUE(widths.count(16)) << code;
+  expect_compiles(src);
+  backend::cuda::DeviceInfo dev;
+  dev.sm_count = 132;
+  for (const auto& k : src.kernels) {
+    if (k.column == 0) continue;
+    auto c = backend::cuda::choose_launch(k, 768, 4096, true, dev);
+    EXPECT_EQ(c.entry, 4);
+    EXPECT_GE(c.block, 128u);
+    EXPECT_LE(c.block, 1024u);
+    EXPECT_EQ(c.grid, 768u / k.column);
+  }
+  CudaSource rows = emit_graph(
+      "graph(%0: f32[768, 4096]@cuda):\n"
+      "  %1: f32[768]@cuda = aten.sum.dim_IntList(%0, [1])\n"
+      "  return (%1)\n");
+  EXPECT_EQ(rows.kernels[0].column, 0);
+  EXPECT_EQ(backend::cuda::entry_name(rows.kernels[0], 4), "");
+}
+
 // Kernels whose every output is bf16/f16 compute exp and float division with the approximate
 // instructions (coil::fast::); float outputs, or cuda_fast_math off, keep expf and IEEE division.
 TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {

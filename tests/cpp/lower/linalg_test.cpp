@@ -76,6 +76,65 @@ TEST(LinalgLowering, MmReadsTransposedInputInPlace) {
   expect_close(outs[0], {4, 5}, matmul_ref(a, b, 1, 4, 6, 5));
 }
 
+// A large CUDA value with unaligned columns that only products read (here realized for its two
+// readers) is realized into a zero-padded buffer ([2048, 2052] for 2049 float columns): both the
+// product that reads it and the one that reads its transpose get it in place, marked zero-padded
+// (ints[2]), so the runtime pads without copying. Small values and CPU graphs keep a dense buffer.
+TEST(LinalgLowering, CudaProductOperandsRealizedZeroPadded) {
+  const char* text =
+      R"(graph(%0: f32[2048, 2049]@cuda, %1: f32[2049, 64]@cuda, %2: f32[2048, 64]@cuda):
+  %10: f32[2048, 2049]@cuda = aten.mul.Tensor(%0, 2)
+  %11: f32[2048, 2049]@cuda = aten.sigmoid.default(%10)
+  %12: f32[2048, 2049]@cuda = aten.tanh.default(%11)
+  %13: f32[2048, 2049]@cuda = aten.exp.default(%12)
+  %14: f32[2048, 2049]@cuda = aten.sin.default(%13)
+  %15: f32[2048, 2049]@cuda = aten.cos.default(%14)
+  %16: f32[2048, 2049]@cuda = aten.sigmoid.default(%15)
+  %17: f32[2048, 2049]@cuda = aten.tanh.default(%16)
+  %3: f32[2048, 2049]@cuda = aten.mul.Tensor(%17, %0)
+  %4: f32[2049, 2048]{1, 2049}@cuda = aten.permute.default(%3, [1, 0])
+  %5: f32[2048, 64]@cuda = aten.mm.default(%3, %1)
+  %6: f32[2049, 64]@cuda = aten.mm.default(%4, %2)
+  %7: f32[2048, 2049]@cuda = aten.add.Tensor(%0, 1)
+  %8: f32[2048, 64]@cuda = aten.mm.default(%7, %1)
+  return (%5, %6, %8)
+)";
+  Lowered l = lower_text(text);
+  const auto& prog = l.result.program;
+  int padded_nodes = 0;
+  for (const auto& s : prog.steps) {
+    if (auto* n = std::get_if<loop::ComputeNode>(&s)) {
+      ASSERT_EQ(n->ranges.size(), 2u);
+      EXPECT_EQ(l.ctx->as_const(n->ranges[1]), 2052);
+      ++padded_nodes;
+    }
+  }
+  EXPECT_EQ(padded_nodes, 2);  // %3 (two readers) and %7 (one)
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 3u);
+  for (const ExternNode* e : ex) {
+    ASSERT_EQ(e->ints.size(), 3u);
+    EXPECT_EQ(e->ints[2], loop::kZeroPaddedA);
+    const auto& a = prog.buffer(e->inputs[0]);
+    const bool transposed = l.ctx->as_const(a.strides[0]) == 1;
+    EXPECT_EQ(l.ctx->as_const(a.strides[transposed ? 1 : 0]), 2052);
+  }
+  // Small, or on the CPU: no padding.
+  for (const char* small : {R"(graph(%0: f32[64, 33]@cuda, %1: f32[33, 8]@cuda):
+  %2: f32[64, 33]@cuda = aten.mul.Tensor(%0, 2)
+  %3: f32[64, 8]@cuda = aten.mm.default(%2, %1)
+  return (%3)
+)",
+                            R"(graph(%0: f32[2048, 2049], %1: f32[2049, 64]):
+  %2: f32[2048, 2049] = aten.mul.Tensor(%0, 2)
+  %3: f32[2048, 64] = aten.mm.default(%2, %1)
+  return (%3)
+)"}) {
+    Lowered s = lower_text(small);
+    for (const ExternNode* e : externs(s)) EXPECT_TRUE(e->ints.empty());
+  }
+}
+
 TEST(LinalgLowering, BmmAndAddmmWithBroadcastBias) {
   std::vector<double> a = as_f32(random_values(24, 33)), b = as_f32(random_values(40, 34));
   std::vector<double> m1 = as_f32(random_values(12, 35)), m2 = as_f32(random_values(20, 36));

@@ -7,11 +7,13 @@ template <int G, int V>
 __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, float* __restrict__ buf3) {
   constexpr bool RC = G == 0 && V > 1;
   __shared__ coil::Vec<float, V> rc0_[RC ? 16 / V : 1];
-  const int g_ = G ? G : blockDim.x;
-  const int lane_ = G ? (threadIdx.x & (G - 1)) : threadIdx.x;
-  const int64_t rpb_ = blockDim.x / g_;
+  const int g_ = coil::group_size<G>();
+  const int lane_ = coil::group_lane<G>();
+  const int64_t rpb_ = coil::rows_per_block<G>();
   const int64_t rows_ = 8;
-  for (int64_t row_ = int64_t(blockIdx.x) * rpb_ + threadIdx.x / g_; row_ < rows_; row_ += int64_t(gridDim.x) * rpb_) {
+  for (int64_t r0_ = int64_t(blockIdx.x) * rpb_; r0_ < rows_; r0_ += int64_t(gridDim.x) * rpb_) {
+    const int64_t row_ = coil::group_row<G>(r0_, rows_);
+    if (G > 0 && row_ >= rows_) break;
     const int x0 = (int)row_;
     float buf1_v;
     float buf2_v;

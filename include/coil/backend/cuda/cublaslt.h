@@ -30,6 +30,9 @@ struct GemmArgs {
   int activation = 0;          // applied by the epilogue: 0 none, 1 ReLU, 2 GELU (tanh form)
   float alpha = 1.0f;
   bool allow_tf32 = false;  // float32 may use TF32 tensor cores
+  // The operand's storage holds zeros past its contiguous extent, up to its leading stride
+  // (runtime/cuda_matmul.cpp pads in place instead of copying; cuBLASLt itself ignores these).
+  bool a_zero_padded = false, b_zero_padded = false;
 };
 
 // "" when cuBLASLt can be loaded, else why not.

@@ -13,7 +13,9 @@
 //              the members one after another, each looping over its inner range with the
 //              group's threads; reductions combine across the group. Entry points <name>_w (a
 //              warp per row, several rows per block) and <name>_b (the whole block per row);
-//              the runtime picks by row length (launch.h).
+//              the runtime picks by row length (launch.h). Kernels that read across rows
+//              (column reductions) add <name>_c: C adjacent rows per warp, each row split
+//              over the lanes of the block (CudaKernel::column).
 // Index arithmetic is 32-bit when every extent and buffer offset of the kernel is a constant
 // below 2^31, else 64-bit.
 //
@@ -49,6 +51,10 @@ struct CudaKernel {
   // Pointwise: the edge of the tiled entry point's square tiles (32 or 64), 0 where there is
   // no <name>_t (only when an input is read transposed; 256-thread blocks; emit_tiled.cpp).
   int tile = 0;
+  // Rows: columns per warp of the column entry point <name>_c (0: none), for kernels that
+  // read across rows (a sum over the rows of a row-major matrix): the threads of a warp take
+  // `column` adjacent rows, so a warp's load is whole sectors (emit_rows.cpp).
+  int column = 0;
 };
 
 struct CudaSource {

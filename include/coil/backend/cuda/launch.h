@@ -10,6 +10,9 @@
 //              vector entry points (_wv, _bv: a coil::Vec step per thread) when they exist
 //              and every pointer is 16-byte aligned; such kernels keep only _b as their
 //              scalar entry point, which then serves unaligned pointers at every row length.
+//              Kernels with a column entry point (_c, they read across rows) take it: C
+//              rows per warp, each split over the block's lanes, 128 to 1024 threads chosen
+//              to fill the device with at least 8 elements per lane.
 // The thresholds are measured choices (docs/decisions.md).
 #pragma once
 
@@ -28,7 +31,7 @@ constexpr int64_t kWarpRowLimit = 1024;
 constexpr unsigned kTiledBlock = 256;
 
 struct LaunchConfig {
-  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _t / _wv, 3: _bv
+  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _t / _wv, 3: _bv, 4: _c
   unsigned grid = 1, block = 32;
 };
 
@@ -45,7 +48,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
 // their time is launch latency, which no configuration changes.
 constexpr int64_t kTuneMinElements = int64_t{1} << 20;
 
-// The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv}; "" where absent.
+// The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv, _c}; "" where absent.
 std::string entry_name(const CudaKernel& k, int entry);
 
 }  // namespace coil::backend::cuda
