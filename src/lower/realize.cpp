@@ -79,7 +79,7 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
     const TensorValue& tv = ctx.value(out);
     // Read only by products (directly or transposed), which would each realize it: once,
     // zero-padded where they would pad it (detail::realize_zero_padded).
-    if (!is_output && !tv.strided && feeds_products(out)) {
+    if (!is_output && distinct > 0 && !tv.strided && feeds_products(out)) {
       if (auto cols = detail::gemm_operand_pad(ctx, tv)) {
         ctx.set_value(out, detail::realize_zero_padded(ctx, tv, *cols));
         continue;

@@ -313,6 +313,63 @@ TEST(IndexLowering, IndexPutAndScatterBecomeExterns) {
   EXPECT_EQ(l.ctx->as_const(src.strides[0]), 42);
 }
 
+// scatter with one index per line along dim (index of size 1 there, self's size elsewhere) is
+// a pointwise, no extern: value and src forms, along dim 1 and dim 0, against brute force;
+// nll_loss's backward pattern (a -1 one-hot scaled per row, then summed and subtracted) keeps
+// the scaled one-hot inline for both readers (its per-row operands count as loads), so the
+// only full-size buffer is the result.
+TEST(IndexLowering, OneIndexPerLineScatterIsPointwise) {
+  const int64_t R = 4, C = 6;
+  std::vector<double> x = as_f32(random_values(R * C, 71)), src = as_f32(random_values(R * C, 72));
+  std::vector<double> rows_idx = {5, 0, 3, 3}, cols_idx = {1, 0, 3, 2, 2, 0};
+  const char* text = R"(graph(%0: f32[4, 6], %1: i64[4, 1], %2: i64[1, 6], %3: f32[4, 6]):
+  %4: f32[4, 6] = aten.scatter.value(%0, 1, %1, -1.0)
+  %5: f32[4, 6] = aten.scatter.src(%0, 1, %1, %3)
+  %6: f32[4, 6] = aten.scatter.value(%0, 0, %2, 7.0)
+  return (%4, %5, %6)
+)";
+  Lowered l = lower_text(text);
+  EXPECT_TRUE(externs(l).empty());
+  auto outs =
+      loop::interpret(l.result.program, {HostTensor::from_doubles(DType::Float32, {R, C}, x),
+                                         HostTensor::from_doubles(DType::Int64, {R, 1}, rows_idx),
+                                         HostTensor::from_doubles(DType::Int64, {1, C}, cols_idx),
+                                         HostTensor::from_doubles(DType::Float32, {R, C}, src)});
+  std::vector<double> w4 = x, w5 = x, w6 = x;
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t j = static_cast<int64_t>(rows_idx[i]);
+    w4[i * C + j] = -1.0;
+    w5[i * C + j] = src[i * C];  // src[i, 0]
+  }
+  for (int64_t j = 0; j < C; ++j) w6[static_cast<int64_t>(cols_idx[j]) * C + j] = 7.0;
+  expect_equal(outs[0], {R, C}, w4);
+  expect_equal(outs[1], {R, C}, w5);
+  expect_equal(outs[2], {R, C}, w6);
+
+  Lowered nll = lower_text(R"(graph(%0: f32[64, 1000], %1: i64[64], %2: f32[]):
+  %3: i64[64, 1] = aten.unsqueeze.default(%1, 1)
+  %4: b8[64, 1] = aten.ne.Scalar(%3, -100)
+  %5: i64[64, 1] = aten.where.self(%4, %3, 0)
+  %6: f32[64, 1000] = aten.full.default([64, 1000], 0, dtype=dtype(f32))
+  %7: f32[64, 1000] = aten.scatter.value(%6, 1, %5, -1.0)
+  %8: f32[64, 1] = aten.where.self(%4, %2, 0.0)
+  %9: f32[64, 1000] = aten.mul.Tensor(%7, %8)
+  %10: f32[64, 1] = aten.sum.dim_IntList(%9, [1], true)
+  %11: f32[64, 1000] = aten.exp.default(%0)
+  %12: f32[64, 1000] = aten.mul.Tensor(%11, %10)
+  %13: f32[64, 1000] = aten.sub.Tensor(%9, %12)
+  return (%13)
+)");
+  EXPECT_TRUE(externs(nll).empty());
+  int full_size = 0;
+  for (const auto& st : nll.result.program.steps) {
+    const auto* n = std::get_if<loop::ComputeNode>(&st);
+    if (n && !n->is_reduction() && n->ranges.size() == 2 && nll.ctx->as_const(n->ranges[1]) == 1000)
+      ++full_size;
+  }
+  EXPECT_EQ(full_size, 1) << "the scaled one-hot was realized";
+}
+
 TEST(IndexLowering, MaskIndexFallsBack) {
   // Boolean-mask indexing has a data-dependent shape: CompileError (strict) / fallback.
   const char* text = R"(graph(%0: f32[4, 10], %1: b8[4, 10], %2: f32[]):
