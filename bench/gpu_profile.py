@@ -25,7 +25,38 @@ from gpu import Device, compile_model, make_step, tf32  # noqa: E402
 from gpu_models import CASES  # noqa: E402
 
 
-def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool) -> None:
+def _origins(prof, pattern: str, calls: int, top: int) -> None:
+    """The CPU op chains (innermost first, with the launching op's input shapes) that launched
+    the kernels whose name contains `pattern`, by GPU time."""
+    chains = collections.Counter()
+    counts = collections.Counter()
+
+    def note(op, name: str, us: float) -> None:
+        if pattern not in name:
+            return
+        names, p = [], op
+        while p is not None and len(names) < 5:
+            names.append(p.name)
+            p = p.cpu_parent
+        key = f"{' <- '.join(names) or '?'}  {getattr(op, 'input_shapes', '')}"[:300]
+        chains[key] += us
+        counts[key] += 1
+
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            # Newer profilers: a kernel is an event of its own under the launching op.
+            if getattr(ev, "cpu_parent", None) is not None:
+                note(ev.cpu_parent, ev.name, ev.device_time)
+            continue
+        for k in getattr(ev, "kernels", []) or []:
+            note(ev, k.name, k.duration)
+    print(f"  kernels matching {pattern!r}, by launching op chain:")
+    for key, us in chains.most_common(top):
+        print(f"  {us / calls:9.1f} us  x{counts[key] / calls:5.1f}  {key}")
+
+
+def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool,
+                origins: str = "") -> None:
     dev = Device("cuda")
     master, inputs = case.build(size)[:2]
     model = master.to(dev.device)
@@ -43,7 +74,7 @@ def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool
         dev.sync()
         wall = (time.perf_counter() - t0) / calls
         acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=acts) as prof:
+        with torch.profiler.profile(activities=acts, record_shapes=bool(origins)) as prof:
             for _ in range(calls):
                 step(inputs)
             dev.sync()
@@ -60,6 +91,8 @@ def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool
           f"kernels per call")
     for name, us in kernels.most_common(top):
         print(f"  {us / calls:9.1f} us  x{counts[name] / calls:5.1f}  {name[:110]}")
+    if origins:
+        _origins(prof, origins, calls, top)
     if host:  # where the host's time goes (Python and the C++ run call as one entry)
         import cProfile
         import io
@@ -89,12 +122,15 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--host", action="store_true", help="also cProfile the host side")
+    ap.add_argument("--origins", default="", metavar="PATTERN",
+                    help="which CPU ops launched the kernels whose name contains PATTERN")
     args = ap.parse_args()
     size = "quick" if args.quick else "full"
     for name in args.cases.split(","):
         for compiler in args.compilers.split(","):
             try:
-                profile_one(CASES[name], compiler, size, args.calls, args.top, args.host)
+                profile_one(CASES[name], compiler, size, args.calls, args.top, args.host,
+                            args.origins)
             except Exception as e:  # one failing case must not hide the others
                 print(f"\n=== {name} / {compiler}: FAILED {type(e).__name__}: {e}"[:400])
 

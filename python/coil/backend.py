@@ -39,7 +39,7 @@ from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph, run_node_eagerly
-from .layout import channels_last_convolutions
+from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
 from .options import CoilOptions, build_options
 
 log = logging.getLogger("coil")
@@ -232,6 +232,29 @@ class CoilGraphFn:
         return self.compiled.run(inputs, **(coil_cuda.run_kwargs() if self.on_cuda else {}))
 
 
+def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions, kind: str,
+              on_cuda: bool) -> str:
+    """Channels-last activations (layout.py): inference graphs on any device; forward and
+    backward graphs of CUDA training, whose saved activations travel channels-last."""
+    if not options.channels_last:
+        return ""
+    if kind == "inference":
+        return channels_last_convolutions(gm)
+    if not on_cuda:
+        return ""
+    if kind == "forward":
+        seen = forward_outputs_seen()
+        if seen is None:
+            return ""
+        note = channels_last_convolutions(gm, keep_outputs=seen)
+        if note:
+            report_output_strides(gm)
+        return note
+    if kind == "backward":
+        return channels_last_convolutions(gm, input_strides=list(example_inputs))
+    return ""
+
+
 def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,
                        kind: str = "graph") -> Callable:
     """Compiles one ATen FX graph with coil; returns a boxed callable (eager on failure)."""
@@ -243,11 +266,10 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
-        if kind == "inference" and options.channels_last:
-            note = channels_last_convolutions(gm)
-            if note:
-                log.debug("coil: %s: %s", name, note)
-                dump.note(note)
+        note = _relayout(gm, example_inputs, options, kind, on_cuda)
+        if note:
+            log.debug("coil: %s: %s", name, note)
+            dump.note(note)
         exported = export_graph(gm)
         timings["python_export"] = time.perf_counter() - t0
         dump.graph_text(exported.text)

@@ -456,7 +456,14 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
       << " set mask entries";
   DType dt = node.output(0)->meta().dtype;
   ExternNode e = extern_for(ctx, node, ExternKind::ConvolutionBackward);
-  e.inputs = {ctx.as_buffer(cast_value(ctx, grad, dt)), ctx.as_buffer(cast_value(ctx, input, dt)),
+  // grad_output and input keep the graph's layout, as the forward's input does: cuDNN converts
+  // grad_output to the input's memory format, so a channels-last grad_output realized next to a
+  // contiguous input (or the other way) costs a full copy per call.
+  auto activation = [&](const TensorValue& v, size_t i, std::string_view name) {
+    const TensorMeta& meta = node.arg(i, name)->value()->meta();
+    return ctx.as_buffer(ctx.realize_like(cast_value(ctx, v, dt), meta));
+  };
+  e.inputs = {activation(grad, 0, "grad_output"), activation(input, 1, "input"),
               ctx.as_buffer(cast_value(ctx, weight, dt))};
   e.ints = conv_ints(node, 4, rank - 2);
   e.ints.insert(e.ints.end(), mask.begin(), mask.end());

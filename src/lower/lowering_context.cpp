@@ -5,6 +5,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/lower/realize.h"
 #include "coil/support/error.h"
+#include "split_reduction.h"
 
 namespace coil::lower {
 
@@ -23,6 +24,11 @@ LoweringContext::LoweringContext(const Graph& graph, const CompileOptions& optio
   values_.resize(static_cast<size_t>(max_id + 1));
   owners_.resize(values_.size());
   if (program.ctx == nullptr) program.ctx = &graph.ctx();
+  for (const Value* v : graph.inputs())
+    if (v->meta().device == Device::CUDA) device_ = Device::CUDA;
+  for (const Node* n : graph.nodes())
+    for (const Value* v : n->outputs())
+      if (v->meta().device == Device::CUDA) device_ = Device::CUDA;
 }
 
 sym::Context& LoweringContext::ctx() const { return graph_->ctx(); }
@@ -278,6 +284,51 @@ TensorValue LoweringContext::reduce(loop::ReduceKind kind, DType dtype,
                                     std::vector<sym::Expr> out_sizes,
                                     std::vector<sym::Expr> reduction_sizes, ReduceBody body) {
   COIL_CHECK(kind != loop::ReduceKind::None);
+  if (device_ != Device::CUDA) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
+  std::optional<detail::ReductionSplit> split =
+      detail::plan_reduction_split(ctx(), kind, out_sizes, reduction_sizes);
+  if (!split) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
+  // Stage 1: partials [chunk dims..., outputs...], each over the rest of the reduction range.
+  sym::Context& c = ctx();
+  const size_t w = split->whole;
+  const bool factored = split->factor > 1;
+  std::vector<sym::Expr> chunk_sizes(reduction_sizes.begin(), reduction_sizes.begin() + w);
+  std::vector<sym::Expr> rest;
+  sym::Expr step = nullptr;  // a factored dim's chunk length
+  if (factored) {
+    chunk_sizes.push_back(c.constant(split->factor));
+    step = c.constant(*c.as_const(reduction_sizes[w]) / split->factor);
+    rest.push_back(step);
+  }
+  rest.insert(rest.end(), reduction_sizes.begin() + w + (factored ? 1 : 0), reduction_sizes.end());
+  const size_t nchunk = chunk_sizes.size();
+  std::vector<sym::Expr> partial_sizes = chunk_sizes;
+  partial_sizes.insert(partial_sizes.end(), out_sizes.begin(), out_sizes.end());
+  TensorValue partial = reduce_node(
+      kind, dtype, partial_sizes, rest,
+      [body, w, nchunk, factored, step, cp = &c](BodyBuilder& b, const std::vector<sym::Expr>& oi,
+                                                 const std::vector<sym::Expr>& ri) {
+        std::vector<sym::Expr> out(oi.begin() + static_cast<std::ptrdiff_t>(nchunk), oi.end());
+        std::vector<sym::Expr> red(oi.begin(), oi.begin() + static_cast<std::ptrdiff_t>(w));
+        size_t k = 0;
+        if (factored) red.push_back(cp->add(cp->mul(oi[w], step), ri[k++]));
+        red.insert(red.end(), ri.begin() + static_cast<std::ptrdiff_t>(k), ri.end());
+        return body(b, out, red);
+      });
+  // Stage 2: the partials reduced over the chunk dims.
+  return reduce_node(kind, dtype, std::move(out_sizes), chunk_sizes,
+                     [partial](BodyBuilder& b, const std::vector<sym::Expr>& oi,
+                               const std::vector<sym::Expr>& ri) {
+                       std::vector<sym::Expr> idx = ri;
+                       idx.insert(idx.end(), oi.begin(), oi.end());
+                       return partial.load(b, idx);
+                     });
+}
+
+TensorValue LoweringContext::reduce_node(loop::ReduceKind kind, DType dtype,
+                                         std::vector<sym::Expr> out_sizes,
+                                         std::vector<sym::Expr> reduction_sizes,
+                                         const ReduceBody& body) {
   BufferId out = new_buffer(dtype, out_sizes);
   loop::ComputeNode node;
   node.out = out;

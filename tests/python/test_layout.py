@@ -1,6 +1,8 @@
 """The channels-last pass for convolution graphs (python/coil/layout.py): run directly on ATen
 graphs, the result compiled by coil and compared with eager; through torch.compile (inference
-graphs get it, training graphs not; the option turns it off), on the CPU and on a GPU."""
+graphs get it everywhere, training graphs on the GPU; the option turns it off), on the CPU and on
+a GPU; a training step whose saved activations travel channels-last from the forward graph to
+the backward graph."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
 import coil  # noqa: E402
-from coil.backend import compile_aten_graph  # noqa: E402
+from coil.backend import _relayout, compile_aten_graph  # noqa: E402
 from coil.decompositions import coil_decompositions  # noqa: E402
 from coil.layout import channels_last_convolutions  # noqa: E402
 from coil.options import build_options  # noqa: E402
@@ -84,7 +86,7 @@ def test_activations_become_channels_last_and_outputs_keep_their_strides(tmp_pat
     with torch.no_grad():
         want = model(x)
     got, notes, program = _compile_with_pass(model, x, tmp_path)
-    assert notes == ["channels-last activations for 5 convolution(s): 1 input copy in, "
+    assert notes == ["channels-last activations for 5 convolution operand(s): 1 copy in, "
                      "1 output(s) copied back"]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
@@ -135,10 +137,10 @@ def test_cuda_inference_graph_runs_channels_last(tmp_path, dtype):
         torch.testing.assert_close(g, w, **tol)
         assert g.stride() == w.stride()
     notes = "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
-    assert "channels-last activations for 5 convolution(s)" in notes
+    assert "channels-last activations for 5 convolution operand(s)" in notes
 
 
-def test_backend_applies_it_to_inference_graphs_only(tmp_path):
+def test_backend_applies_it_to_cpu_inference_graphs_only(tmp_path):
     model = _model()
     x = torch.randn(2, 3, 20, 20)
 
@@ -154,7 +156,82 @@ def test_backend_applies_it_to_inference_graphs_only(tmp_path):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
         return "".join(p.read_text() for p in out.glob("*/00_passes.txt"))
 
-    assert "channels-last activations for 5 convolution(s)" in passes({}, grad=False)
+    assert "channels-last activations for 5 convolution operand(s)" in passes({}, grad=False)
     assert passes({"channels_last": False}, grad=False) == ""
     model.train(False)
-    assert passes({}, grad=True) == ""  # forward/backward graphs keep NCHW
+    assert passes({}, grad=True) == ""  # CPU forward/backward graphs keep NCHW
+
+
+def _train_step(model, x):
+    """One forward and backward through both outputs; returns (outputs, parameter grads)."""
+    out = model(x)
+    (out[0].float().sum() + out[1].float().square().sum()).backward()
+    return out, [p.grad for p in model.parameters()]
+
+
+def _assert_same_step(got, want, tol):
+    """Outputs and grads within tol of the largest magnitude of each tensor (a sum of squares
+    makes grads of a few hundred), with eager's strides."""
+    for g, w in [*zip(got[0], want[0]), *zip(got[1], want[1])]:
+        scale = w.float().abs().max().item() or 1.0
+        err = (g.float() - w.float()).abs().max().item()
+        assert err <= tol * scale, (tuple(w.shape), err, scale)
+        assert g.stride() == w.stride()  # parameter grads keep the parameters' layout
+
+
+def test_training_saved_activations_travel_channels_last(tmp_path):
+    """The backend's training path (_relayout for forward and backward graphs, here forced on
+    for CPU graphs): the forward graph keeps its saved activations NHWC and reports their
+    strides, AOTAutograd restrides the backward graph's inputs, the backward graph recomputes
+    with them; outputs and grads match eager with eager's strides."""
+    notes, strides = [], []
+    opts = build_options({"strict": True, "debug_dir": str(tmp_path)})
+
+    def backend(gm, example_inputs):
+        def fw(g, ex):
+            notes.append(_relayout(g, ex, opts, "forward", on_cuda=True))
+            return compile_aten_graph(g, ex, opts, "forward")
+
+        def bw(g, ex):
+            strides.extend(e.stride() for e in ex if isinstance(e, torch.Tensor) and e.dim() == 4)
+            notes.append(_relayout(g, ex, opts, "backward", on_cuda=True))
+            return torch._dynamo.disable(compile_aten_graph)(g, ex, opts, "backward")
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                     decompositions=coil_decompositions(),
+                                     keep_inference_input_mutations=False)
+
+    x = torch.randn(2, 3, 20, 20)
+    want = _train_step(_model().train(), x)
+    torch._dynamo.reset()
+    got = _train_step(torch.compile(_model().train(), backend=backend), x)
+    _assert_same_step(got, want, 1e-4)
+    fw_note, bw_note = notes
+    assert "1 output(s) copied back" in fw_note  # y, a user output, keeps NCHW
+    assert "saved activation(s) stay in their new layout" in fw_note
+    assert "input(s) arrive restrided" in bw_note
+    assert "5 output(s) copied back" in bw_note  # the convolution weights' grads
+    assert (1600, 1, 160, 16) in strides  # AOTAutograd handed the backward NHWC activations
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_training_step_runs_channels_last(tmp_path, dtype):
+    x = torch.randn(2, 3, 20, 20, device="cuda", dtype=dtype)
+    # cuDNN picks other algorithms for NHWC than for NCHW: in TF32 their grads differ by 1e-2
+    # relative. Full fp32 compares the layouts, not the algorithms' rounding.
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        want = _train_step(_model().to("cuda", dtype).train(), x)
+        torch._dynamo.reset()
+        compiled = torch.compile(_model().to("cuda", dtype).train(), backend="coil",
+                                 options={"strict": True, "debug_dir": str(tmp_path)})
+        got = _train_step(compiled, x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    _assert_same_step(got, want, 1e-4 if dtype == torch.float32 else 4e-2)
+    notes = "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
+    assert "saved activation(s) stay in their new layout" in notes
+    assert "input(s) arrive restrided" in notes

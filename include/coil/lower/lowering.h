@@ -84,6 +84,8 @@ class LoweringContext {
   LoweringContext(const Graph& graph, const CompileOptions& options, loop::LoopProgram& program);
 
   sym::Context& ctx() const;
+  // CUDA when the graph has a CUDA value, else CPU.
+  Device device() const { return device_; }
   const CompileOptions& options() const { return *options_; }
   loop::LoopProgram& program() { return *program_; }
   const Graph& graph() const { return *graph_; }
@@ -103,6 +105,8 @@ class LoweringContext {
   using ReduceBody =
       std::function<loop::InstrId(loop::BodyBuilder& b, const std::vector<sym::Expr>& out_index,
                                   const std::vector<sym::Expr>& red_index)>;
+  // On CUDA a reduction with few outputs and a long range is split in two stages
+  // (src/lower/split_reduction.h); the value returned is the same.
   TensorValue reduce(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
                      std::vector<sym::Expr> reduction_sizes, ReduceBody body);
   // Materializes `v` into a new Intermediate buffer (no-op if already realized, i.e.
@@ -143,7 +147,12 @@ class LoweringContext {
   sym::Expr reserve_rng_offsets(sym::Expr count);
 
  private:
+  // One ComputeNode reducing `out_sizes` over `reduction_sizes` (reduce() without the split).
+  TensorValue reduce_node(loop::ReduceKind kind, DType dtype, std::vector<sym::Expr> out_sizes,
+                          std::vector<sym::Expr> reduction_sizes, const ReduceBody& body);
+
   const Graph* graph_;
+  Device device_ = Device::CPU;
   const CompileOptions* options_;
   loop::LoopProgram* program_;
   std::vector<std::optional<TensorValue>> values_;  // by Value::id()

@@ -248,5 +248,29 @@ TEST(LinalgLowering, ConvolutionExternLayout) {
   EXPECT_EQ(l.ctx->as_const(out.sizes[2]), 4);
 }
 
+// convolution_backward's grad_output and input are realized in the graph's layout: a
+// channels-last grad_output computed by a pointwise (BatchNorm's backward, here a ReLU mask)
+// reaches the extern channels-last (cuDNN would otherwise copy one of them per call).
+TEST(LinalgLowering, ConvolutionBackwardActivationsKeepTheGraphLayout) {
+  Lowered l = lower_text(
+      R"(graph(%0: f32[2, 6, 4, 4]{96, 1, 24, 6}, %1: f32[2, 3, 4, 4]{48, 1, 12, 3}, %2: f32[6, 3, 3, 3]):
+  %3: f32[2, 6, 4, 4]{96, 1, 24, 6} = aten.relu.default(%0)
+  %4: f32[2, 3, 4, 4]{48, 1, 12, 3} = aten.mul.Tensor(%1, 2)
+  %5: f32[2, 3, 4, 4]{48, 1, 12, 3}, %6: f32[6, 3, 3, 3] = aten.convolution_backward.default(%3, %4, %2, [6], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, false])
+  return (%5, %6)
+)");
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0]->kind, ExternKind::ConvolutionBackward);
+  auto strides = [&](loop::BufferId b) {
+    std::vector<int64_t> out;
+    for (const auto& e : l.result.program.buffer(b).strides) out.push_back(*l.ctx->as_const(e));
+    return out;
+  };
+  EXPECT_EQ(strides(ex[0]->inputs[0]), (std::vector<int64_t>{96, 1, 24, 6}));
+  EXPECT_EQ(strides(ex[0]->inputs[1]), (std::vector<int64_t>{48, 1, 12, 3}));
+  EXPECT_EQ(strides(ex[0]->outputs[0]), (std::vector<int64_t>{48, 1, 12, 3}));
+}
+
 }  // namespace
 }  // namespace coil::lower::testing

@@ -329,5 +329,62 @@ TEST(ReductionLowering, DuplicateDimIsACompileError) {
                CompileError);
 }
 
+// CUDA reductions with few outputs and a long range are split in two stages
+// (src/lower/split_reduction.h); the CPU keeps one. The result is the same reduction.
+TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
+  // [N=2, C=8, H=128, W=64] over N, H, W: 8 outputs of 16384 elements each. Chunks wanted:
+  // min(4096 / 8, 16384 / 1024) = 16 = N whole (2) times a factor 8 of H: partials
+  // [2, 8(H chunks), 8(C)] each over [16, 64], then [8] over [2, 8].
+  const std::vector<int64_t> sz{2, 8, 128, 64};
+  const int64_t n = product(sz);
+  std::vector<double> x = as_f32(random_values(n, 41));
+  std::vector<double> b = random_values(n, 42, 0, 1.0001, true);  // almost all 0
+  // @D: the device.
+  const std::string graph = R"(graph(%0: f32[2, 8, 128, 64]@D, %1: b8[2, 8, 128, 64]@D):
+  %2: f32[8]@D = aten.sum.dim_IntList(%0, [0, 2, 3])
+  %3: f32[1, 8, 1, 1]@D = aten.amax.default(%0, [0, 2, 3], true)
+  %4: b8[8]@D = aten.any.dims(%1, [0, 2, 3])
+  %5: i64[2, 128, 64]@D = aten.argmax.default(%0, 1)
+  return (%2, %3, %4, %5)
+)";
+  auto reduction_ranges = [](const Lowered& l) {
+    std::vector<std::string> out;
+    for (const auto& s : l.result.program.steps) {
+      auto* c = std::get_if<loop::ComputeNode>(&s);
+      if (c == nullptr || !c->is_reduction()) continue;
+      std::string r;
+      for (const auto& e : c->ranges) r += l.ctx->str(e) + " ";
+      r += "over";
+      for (const auto& e : c->reduction_ranges) r += " " + l.ctx->str(e);
+      out.push_back(r);
+    }
+    return out;
+  };
+  auto text = [&](const std::string& dev) {
+    std::string t = graph;
+    for (size_t p = t.find("@D"); p != std::string::npos; p = t.find("@D", p)) t.replace(p, 2, dev);
+    return t;
+  };
+  Lowered cuda = lower_text(text("@cuda"));
+  const std::vector<std::string> want_cuda = {
+      "2 8 8 over 16 64", "8 over 2 8",  // sum
+      "2 8 8 over 16 64", "8 over 2 8",  // amax (keepdim is a view of [8])
+      "2 8 8 over 16 64", "8 over 2 8",  // any
+      "2 128 64 over 8"};                // argmax: not split (and only 8 long)
+  EXPECT_EQ(reduction_ranges(cuda), want_cuda);
+  Lowered cpu = lower_text(text(""));
+  EXPECT_EQ(reduction_ranges(cpu).size(), 4u);
+
+  std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
+                                 HostTensor::from_doubles(DType::Bool, sz, b)};
+  auto outs = loop::interpret(cuda.result.program, ins);
+  expect_close(outs[0], {8}, map_groups(groups(sz, x, {0, 2, 3}), sum_of), 1e-3, 1e-5);
+  expect_equal(outs[1], {1, 8, 1, 1}, map_groups(groups(sz, x, {0, 2, 3}), max_of));
+  auto any_of = [](const std::vector<double>& v) {
+    return std::any_of(v.begin(), v.end(), [](double e) { return e != 0; }) ? 1.0 : 0.0;
+  };
+  expect_equal(outs[2], {8}, map_groups(groups(sz, b, {0, 2, 3}), any_of));
+}
+
 }  // namespace
 }  // namespace coil::lower::testing

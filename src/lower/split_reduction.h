@@ -1,0 +1,44 @@
+// Split reductions: a reduction with few outputs and a long reduction range, computed in two
+// stages so that a GPU has enough independent work (Inductor's split reductions).
+//
+// Training BatchNorm reduces [N, C, H, W] to C channel sums: ResNet-50's first BatchNorm has 64
+// outputs over 802,816 elements each, which one block (or warp group) per output runs on 64 of
+// the H100's 132 SMs at a fraction of the memory bandwidth. Split, stage 1 reduces chunks into
+// partials laid out [chunks..., outputs...] (adjacent outputs stay adjacent, so a column
+// reduction's reads stay coalesced) and stage 2 reduces the partials.
+//
+// The chunks are whole leading reduction dims and a factor of the next one, so the chunk's
+// index maps onto the reduction index without div/mod: reduction dims [N, H, W] split 64 ways
+// read element (n, c, h, w) as partial (n, c) over (h, w).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "coil/loop/program.h"
+#include "coil/sym/expr.h"
+
+namespace coil::lower::detail {
+
+// Split when a reduction has fewer outputs than this ...
+inline constexpr int64_t kSplitMaxOutputs = 1024;
+// ... and at least this many elements per output;
+inline constexpr int64_t kSplitMinReduction = 16384;
+// aim for this many partial outputs, each reducing at least kSplitMinChunk elements.
+inline constexpr int64_t kSplitTargetPartials = 4096;
+inline constexpr int64_t kSplitMinChunk = 1024;
+
+struct ReductionSplit {
+  size_t whole = 0;    // leading reduction dims that become chunk dims whole
+  int64_t factor = 1;  // then reduction dim `whole` is split `factor` ways (1: not split)
+  int64_t chunks = 1;  // product of the chunk dims' sizes
+};
+
+// The split of a reduction of `out_sizes` over `red_sizes`, or nullopt where it does not pay
+// (or sizes are symbolic, or the kind has no associative combine: argmax/argmin).
+std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop::ReduceKind kind,
+                                                   const std::vector<sym::Expr>& out_sizes,
+                                                   const std::vector<sym::Expr>& red_sizes);
+
+}  // namespace coil::lower::detail
