@@ -285,6 +285,20 @@ void KernelEmitter::emit_rows() {
       ++m;
       continue;
     }
+    const size_t end = one_pass_reductions_end(m);
+    if (end > m + 1) {
+      // needs_sync above covered member m only: the others read nothing m.. writes.
+      bool sync = false;
+      for (size_t mm = m + 1; mm < end; ++mm)
+        for (const Instr& in : nodes_[mm]->body.instrs)
+          sync = sync || (in.kind == InstrKind::Load && written_so_far.count(root(in.buffer)));
+      if (sync && !needs_sync) line("coil::group_sync<G>();");
+      for (size_t mm = m + 1; mm < end; ++mm)
+        if (!locals_.count(nodes_[mm]->out)) written_so_far.insert(root(nodes_[mm]->out));
+      emit_one_pass_reductions(m, end);
+      m = end - 1;
+      continue;
+    }
     set_node_names(n);
     line("// " + buf(n.out).name);
     open("{");
@@ -484,6 +498,77 @@ void KernelEmitter::emit_row_reduction(const ComputeNode& n) {
                   }}});
   line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
   finish_reduction(n, "acc");
+}
+
+// Members m.. that reduce over the same ranges and read none of each other's results (a
+// BatchNorm backward's sum(g) and sum(g * (x - mean)), for two BatchNorms reading one
+// gradient four sums): one loop over the row with an accumulator each, so the inputs they
+// share are read once. Apart, each sum re-read its rows; over NHWC activations larger than L2
+// that was from DRAM. Returns the end of the run (m + 1: none to merge).
+size_t KernelEmitter::one_pass_reductions_end(size_t m) {
+  auto plain = [&](size_t i) {
+    const ComputeNode& n = *nodes_[i];
+    return n.is_reduction() && n.reduce != ReduceKind::ArgMax && n.reduce != ReduceKind::ArgMin &&
+           online_max_load(i) < 0;
+  };
+  if (!plain(m)) return m + 1;
+  const ComputeNode& a = *nodes_[m];
+  std::set<BufferId> outs{root(a.out)};
+  size_t end = m + 1;
+  for (; end < nodes_.size() && plain(end); ++end) {
+    const ComputeNode& b = *nodes_[end];
+    if (b.reduction_ranges.size() != a.reduction_ranges.size()) break;
+    bool same = true;
+    for (size_t j = 0; j < a.reduction_ranges.size(); ++j)
+      same = same && ctx_.str(a.reduction_ranges[j]) == ctx_.str(b.reduction_ranges[j]);
+    if (!same) break;
+    bool reads_run = false;
+    for (const Instr& in : b.body.instrs)
+      reads_run = reads_run || (in.kind == InstrKind::Load && outs.count(root(in.buffer)));
+    if (reads_run) break;
+    outs.insert(root(b.out));
+  }
+  return end;
+}
+
+void KernelEmitter::emit_one_pass_reductions(size_t first, size_t end) {
+  std::string names;
+  for (size_t m = first; m < end; ++m) names += (m > first ? ", " : "") + buf(nodes_[m]->out).name;
+  line("// " + names + ": one pass over the row");
+  open("{");
+  std::vector<std::string> rvars;
+  for (Expr v : nodes_[first]->reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  std::vector<size_t> members;
+  std::vector<RowPart> parts;
+  for (size_t m = first; m < end; ++m) {
+    const ComputeNode& n = *nodes_[m];
+    const DType acc_t = buf(n.out).dtype;
+    const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
+    const std::string acc = "acc" + std::to_string(m - first);
+    line(A + " " + acc + " = " + reduce_ops(n.reduce, acc_t).init + ";");
+    members.push_back(m);
+    parts.push_back({true, [this, m, acc, A, acc_t, &rvars] {
+                       const ComputeNode& n = *nodes_[m];
+                       open("{");
+                       bind_member_names(m, rvars);
+                       std::string v = emit_body(n);
+                       std::string val =
+                           acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
+                       line(acc + " = coil::" + reduce_ops(n.reduce, acc_t).op + "::apply(" + acc +
+                            ", " + val + ");");
+                       close();
+                     }});
+  }
+  emit_row_loop(members, rvars, nodes_[first]->reduction_ranges, parts);
+  for (size_t m = first; m < end; ++m) {
+    const ComputeNode& n = *nodes_[m];
+    const std::string acc = "acc" + std::to_string(m - first);
+    line(acc + " = coil::group_reduce<G, coil::" + reduce_ops(n.reduce, buf(n.out).dtype).op +
+         ">(" + acc + ");");
+    set_node_names(n);
+    finish_reduction(n, acc);
+  }
+  close();
 }
 
 // Softmax's max and its sum of exp(h - max) in one pass over the row (the "online"

@@ -301,6 +301,32 @@ TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
   EXPECT_EQ(backend::cuda::entry_name(rows.kernels[0], 4), "");
 }
 
+// Reductions of one kernel over the same ranges that read none of each other's results run
+// in one loop with an accumulator each (a BatchNorm backward's two sums read the gradient
+// once); a reduction that reads an earlier one's result (the variance after the mean) keeps
+// its own pass.
+TEST(EmitCuda, IndependentReductionsShareOnePass) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[4096, 768]@cuda, %1: f32[4096, 768]@cuda):\n"
+      "  %2: f32[768]@cuda = aten.sum.dim_IntList(%0, [0])\n"
+      "  %3: f32[4096, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %4: f32[768]@cuda = aten.sum.dim_IntList(%3, [0])\n"
+      "  %5: f32[768]@cuda = aten.amax.default(%1, [0])\n"
+      "  return (%2, %4, %5)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_NE(code.find(": one pass over the row"), std::string::npos) << code;
+  EXPECT_NE(code.find("acc2 = coil::MaxOp::apply(acc2"), std::string::npos) << code;
+  EXPECT_EQ(code.find("float acc = "), std::string::npos) << code;  // no separate pass
+  expect_compiles(src);
+  CudaSource var = emit_graph(
+      "graph(%0: f32[64, 4096]@cuda):\n"
+      "  %1: f32[64]@cuda, %2: f32[64]@cuda = aten.var_mean.correction(%0, [1], correction=0)\n"
+      "  return (%1, %2)\n");
+  const std::string vcode = backend::cuda::strip_prelude(var.code);
+  EXPECT_EQ(vcode.find("one pass over the row"), std::string::npos) << vcode;
+}
+
 // Kernels whose every output is bf16/f16 compute exp and float division with the approximate
 // instructions (coil::fast::); float outputs, or cuda_fast_math off, keep expf and IEEE division.
 TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
