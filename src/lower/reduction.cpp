@@ -13,6 +13,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/support/error.h"
 #include "family_util.h"
+#include "split_reduction.h"
 
 namespace coil::lower {
 namespace {
@@ -256,11 +257,23 @@ std::vector<TensorValue> lower_any_all(LoweringContext& ctx, const Node& node, b
 // variance ~1e-15; fuzz seeds 5204, 6528). K is realized, one element per output point, so the
 // reductions read it like the sum, not the input's first element per element (that kept the
 // CPU loops off their vector path: docs/fuzzing.md). Rows that may be empty are not shifted.
+// Large CUDA reductions take one pass instead (one_pass_var below).
 
 struct VarResult {
   TensorValue var;
   TensorValue mean;
 };
+
+// On CUDA, where the reduction is large enough to be split (split_reduction.h: a BatchNorm's
+// statistics over N*H*W), the second pass re-reads the input from DRAM. There the squared
+// deviations come from the same pass as the sum, sum((x - K)^2) - sum(x - K)^2 / N: with K a
+// sample of the row the cancellation costs about (mean - K)^2 / var ulps (a few), where the
+// unshifted E[x^2] - E[x]^2 would lose every digit of a large common offset. Equal values still
+// give exactly 0.
+bool one_pass_var(LoweringContext& ctx, const ReducePlan& p) {
+  return ctx.device() == Device::CUDA &&
+         detail::plan_reduction_split(ctx.ctx(), ReduceKind::Sum, p.out_sizes, p.red_sizes);
+}
 
 VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
                        const std::optional<std::vector<int64_t>>& dims, bool keepdim,
@@ -298,13 +311,27 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
     InstrId m = mean_shifted(b, idx);
     return shifted ? b.op(InstrKind::Add, acc, shift(b, idx), m) : m;
   };
-  PreFn sq = [minus_k, mean_shifted, acc](BodyBuilder& b, InstrId v,
-                                          const std::vector<Expr>& out_idx) {
-    InstrId d = b.op(InstrKind::Sub, acc, minus_k(b, v, out_idx), mean_shifted(b, out_idx));
-    return b.op(InstrKind::Mul, acc, d, d);
-  };
-  TensorValue ssd = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc, sq);
-  Loader ssl = ssd.load;
+  Loader ssl;
+  if (one_pass_var(ctx, p)) {
+    // sum((x - K)^2) - s^2 / N, independent of s: both sums read x in one pass.
+    PreFn sq = [minus_k, acc](BodyBuilder& b, InstrId v, const std::vector<Expr>& out_idx) {
+      InstrId d = minus_k(b, v, out_idx);
+      return b.op(InstrKind::Mul, acc, d, d);
+    };
+    Loader s2 = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc, sq).load;
+    ssl = [s2, sl, mean_shifted, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
+      InstrId d = b.op(InstrKind::Sub, acc, s2(b, idx),
+                       b.op(InstrKind::Mul, acc, sl(b, idx), mean_shifted(b, idx)));
+      return b.op(InstrKind::Maximum, acc, d, b.constant(0, acc));
+    };
+  } else {
+    PreFn sq = [minus_k, mean_shifted, acc](BodyBuilder& b, InstrId v,
+                                            const std::vector<Expr>& out_idx) {
+      InstrId d = b.op(InstrKind::Sub, acc, minus_k(b, v, out_idx), mean_shifted(b, out_idx));
+      return b.op(InstrKind::Mul, acc, d, d);
+    };
+    ssl = reduce_value(ctx, x, p, ReduceKind::Sum, acc, acc, sq).load;
+  }
   TensorValue var = ctx.pointwise(
       out, p.out_sizes,
       [ssl, n, acc, out, correction, take_sqrt](BodyBuilder& b, const std::vector<Expr>& idx) {

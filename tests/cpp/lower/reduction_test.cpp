@@ -386,5 +386,47 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   expect_equal(outs[2], {8}, map_groups(groups(sz, b, {0, 2, 3}), any_of));
 }
 
+// A CUDA var_mean large enough to be split takes one pass: sum(x - K) and sum((x - K)^2) read
+// the input in the same stage-1 loops. A common offset of 1000 with unit noise still gives
+// the variance to 1e-5 relative, and equal values a variance of exactly 0.
+TEST(ReductionLowering, CudaLargeVarianceTakesOnePass) {
+  const std::vector<int64_t> sz{2, 8, 128, 64};
+  const int64_t n = product(sz);
+  std::vector<double> x = as_f32(random_values(n, 43, 999, 1001));
+  for (int64_t i = 0; i < n; ++i)
+    if ((i / (128 * 64)) % 8 == 3) x[i] = 7.25;  // channel 3: all equal
+  Lowered l = lower_text(R"(graph(%0: f32[2, 8, 128, 64]@cuda):
+  %1: f32[1, 8, 1, 1]@cuda, %2: f32[1, 8, 1, 1]@cuda = aten.var_mean.correction(%0, [0, 2, 3], correction=0, keepdim=true)
+  return (%1, %2)
+)");
+  // Two stage-1 loops over [16, 64] (the sum and the sum of squares, each split), neither
+  // reading a reduction's result: the emitter runs them as one pass.
+  std::set<loop::BufferId> reduced;
+  std::vector<const loop::ComputeNode*> stage1;
+  for (const auto& s : l.result.program.steps) {
+    auto* c = std::get_if<loop::ComputeNode>(&s);
+    if (c == nullptr || !c->is_reduction()) continue;
+    reduced.insert(c->out);
+    if (l.ctx->as_const(c->reduction_ranges[0]) == 16) stage1.push_back(c);
+  }
+  ASSERT_EQ(stage1.size(), 2u);
+  for (const auto* c : stage1)
+    for (const auto& in : c->body.instrs)
+      EXPECT_FALSE(in.kind == loop::InstrKind::Load && reduced.count(in.buffer));
+  auto outs = loop::interpret(l.result.program, {HostTensor::from_doubles(DType::Float32, sz, x)});
+  auto g = groups(sz, x, {0, 2, 3});
+  std::vector<double> var, mean;
+  for (const auto& v : g) {
+    double m = sum_of(v) / static_cast<double>(v.size()), ss = 0;
+    for (double e : v) ss += (e - m) * (e - m);
+    var.push_back(ss / static_cast<double>(v.size()));
+    mean.push_back(m);
+  }
+  expect_close(outs[0], {1, 8, 1, 1}, var, 0.0, 1e-4);
+  expect_close(outs[1], {1, 8, 1, 1}, mean, 0.0, 1e-6);
+  EXPECT_EQ(outs[0].to_doubles()[3], 0.0);
+  EXPECT_EQ(outs[1].to_doubles()[3], 7.25);
+}
+
 }  // namespace
 }  // namespace coil::lower::testing
