@@ -35,6 +35,7 @@ import torch
 import torch.fx as fx
 
 from . import cuda as coil_cuda
+from .cse import eliminate_common_subexpressions
 from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
@@ -266,6 +267,9 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
+        merged = eliminate_common_subexpressions(gm)
+        if merged:
+            dump.note(f"cse: {merged} node(s) merged into identical earlier ones")
         note = _relayout(gm, example_inputs, options, kind, on_cuda)
         if note:
             log.debug("coil: %s: %s", name, note)
