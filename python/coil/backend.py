@@ -269,7 +269,9 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         t0 = time.perf_counter()
         merged = eliminate_common_subexpressions(gm)
         if merged:
-            dump.note(f"cse: {merged} node(s) merged into identical earlier ones")
+            counts = collections.Counter(merged)
+            dump.note(f"cse: {len(merged)} node(s) merged into identical earlier ones ("
+                      + ", ".join(f"{t} x{c}" for t, c in counts.most_common()) + ")")
         note = _relayout(gm, example_inputs, options, kind, on_cuda)
         if note:
             log.debug("coil: %s: %s", name, note)

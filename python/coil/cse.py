@@ -38,12 +38,12 @@ def _key(n: fx.Node):
     return (n.target, norm(n.args), norm(n.kwargs))
 
 
-def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
-    """Merges identical nodes of `gm` in place; returns how many were removed."""
+def eliminate_common_subexpressions(gm: fx.GraphModule) -> list[str]:
+    """Merges identical nodes of `gm` in place; returns the targets of the removed ones."""
     out = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = set(out.all_input_nodes)
     seen: dict = {}
-    removed = 0
+    removed: list[str] = []
     for n in list(gm.graph.nodes):
         if not _mergeable(n):
             continue
@@ -68,7 +68,7 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> int:
         else:
             n.replace_all_uses_with(first)
         gm.graph.erase_node(n)
-        removed += 1
+        removed.append(str(n.target))
     if removed:
         gm.recompile()
     return removed

@@ -3,6 +3,7 @@
 #include "kernel_emitter.h"
 
 #include <algorithm>
+#include <set>
 
 #include "coil/backend/common/scalar_expr.h"
 
@@ -45,6 +46,16 @@ std::optional<int64_t> KernelEmitter::stride_along(Expr flat, Expr var) {
 int KernelEmitter::vector_width(size_t inner) {
   int max_size = 0;
   std::vector<std::pair<BufferId, Expr>> accesses;
+  // The vector entry point loads every member's inputs before any member stores: a member
+  // reading what another member of the kernel stores (a clone of a realized output, GPT-2's
+  // causal mask saved twice) would read the buffer before it is written. Scalar only.
+  std::set<BufferId> stored;
+  for (const ComputeNode* n : nodes_)
+    if (!locals_.count(n->out)) stored.insert(root(n->out));
+  for (const ComputeNode* n : nodes_)
+    for (const Instr& in : n->body.instrs)
+      if (in.kind == InstrKind::Load && !locals_.count(in.buffer) && stored.count(root(in.buffer)))
+        return 0;
   for (const ComputeNode* n : nodes_) {
     Expr var = n->index_vars.at(inner);
     for (const Instr& in : n->body.instrs) {

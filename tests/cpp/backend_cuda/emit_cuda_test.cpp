@@ -301,6 +301,25 @@ TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
   EXPECT_EQ(backend::cuda::entry_name(rows.kernels[0], 4), "");
 }
 
+// A pointwise kernel whose member reads what another member stores (the clone of a realized
+// output) has no vector entry point: it would load every input before any member stores.
+// (GPT-2's causal mask, saved once per layer, read a stale buffer in _v.)
+TEST(EmitCuda, MemberReadingAnotherMembersStoreStaysScalar) {
+  CudaSource src = emit_graph(
+      "graph(%0: i64[8]@cuda):\n"
+      "  %1: i64[1, 8]@cuda = aten.unsqueeze.default(%0, -2)\n"
+      "  %2: i64[8, 1]@cuda = aten.unsqueeze.default(%0, -1)\n"
+      "  %3: i64[8, 8]@cuda = aten.sub.Tensor(%1, %2)\n"
+      "  %4: b8[8, 8]@cuda = aten.le.Scalar(%3, 0)\n"
+      "  %5: b8[8, 8]@cuda = aten.clone.default(%4)\n"
+      "  return (%4, %5)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_EQ(src.kernels[0].vec, 0) << code;
+  EXPECT_EQ(backend::cuda::entry_name(src.kernels[0], 1), "") << code;
+  expect_compiles(src);
+}
+
 // Reductions of one kernel over the same ranges that read none of each other's results run
 // in one loop with an accumulator each (a BatchNorm backward's two sums read the gradient
 // once); a reduction that reads an earlier one's result (the variance after the mean) keeps
