@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 
 #include "coil/backend/common/scalar_expr.h"
 
@@ -48,13 +49,16 @@ int KernelEmitter::vector_width(size_t inner) {
   std::vector<std::pair<BufferId, Expr>> accesses;
   // The vector entry point loads every member's inputs before any member stores: a member
   // reading what another member of the kernel stores (a clone of a realized output, GPT-2's
-  // causal mask saved twice) would read the buffer before it is written. Scalar only.
+  // causal mask saved twice) would read the buffer before it is written. Where it reads back
+  // an earlier member's element, it takes that member's value instead (forwarded_store);
+  // any other such read keeps the kernel scalar.
   std::set<BufferId> stored;
   for (const ComputeNode* n : nodes_)
     if (!locals_.count(n->out)) stored.insert(root(n->out));
-  for (const ComputeNode* n : nodes_)
-    for (const Instr& in : n->body.instrs)
-      if (in.kind == InstrKind::Load && !locals_.count(in.buffer) && stored.count(root(in.buffer)))
+  for (size_t m = 0; m < nodes_.size(); ++m)
+    for (const Instr& in : nodes_[m]->body.instrs)
+      if (in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
+          stored.count(root(in.buffer)) && forwarded_store(m, in) < 0)
         return 0;
   for (const ComputeNode* n : nodes_) {
     Expr var = n->index_vars.at(inner);
@@ -84,6 +88,25 @@ int KernelEmitter::vector_width(size_t inner) {
   std::vector<Expr> starts;
   for (auto& [b, start] : accesses) starts.push_back(start);
   return starts_aligned(starts, vec) ? vec : 0;
+}
+
+// The member j < m that stores the element member m's `load` reads (the same buffer, the same
+// flat index with each member's variables named alike), or -1.
+int KernelEmitter::forwarded_store(size_t m, const Instr& load) {
+  auto canonical = [&](size_t member, Expr e) {
+    std::unordered_map<Expr, Expr> to_first;
+    const ComputeNode& n = *nodes_[member];
+    for (size_t d = 0; d < n.index_vars.size() && d < nodes_[0]->index_vars.size(); ++d)
+      to_first[n.index_vars[d]] = nodes_[0]->index_vars[d];
+    return ctx_.str(ctx_.substitute(e, to_first));
+  };
+  const std::string read = canonical(m, flat_index(load.buffer, load.index));
+  for (size_t j = 0; j < m; ++j) {
+    const ComputeNode& w = *nodes_[j];
+    if (locals_.count(w.out) || w.out != load.buffer || load.mask >= 0) continue;
+    if (canonical(j, flat_index(w.out, w.store_index)) == read) return static_cast<int>(j);
+  }
+  return -1;
 }
 
 namespace {
@@ -200,6 +223,10 @@ void KernelEmitter::emit_pointwise() {
     for (size_t i = 0; i < n.body.instrs.size(); ++i) {
       const Instr& in = n.body.instrs[i];
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (const int j = forwarded_store(m, in); j >= 0) {
+        vec_loads_[{m, static_cast<InstrId>(i)}] = "S" + std::to_string(j);  // not stored yet
+        continue;
+      }
       Expr flat = flat_index(in.buffer, in.index);
       if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
       std::string name = "L" + std::to_string(nv++);

@@ -75,6 +75,7 @@ class KernelEmitter {
   std::vector<size_t> pointwise_order();
   std::optional<int64_t> stride_along(Expr flat, Expr var);
   int vector_width(size_t inner);
+  int forwarded_store(size_t m, const Instr& load);
   bool starts_aligned(const std::vector<Expr>& starts, int vec);
   void emit_member_stores();
   void emit_pointwise();
