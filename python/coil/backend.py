@@ -267,7 +267,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
-        merged = eliminate_common_subexpressions(gm)
+        merged = eliminate_common_subexpressions(gm) if options.cse else []
         if merged:
             counts = collections.Counter(merged)
             dump.note(f"cse: {len(merged)} node(s) merged into identical earlier ones ("

@@ -59,7 +59,7 @@ def _compile_option_fields() -> dict[str, type]:
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
-                                         "cuda_graphs": bool}
+                                         "cuda_graphs": bool, "cse": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -94,8 +94,11 @@ class CoilOptions:
     debug: bool = False
     debug_dir: str = "coil_debug"
     cache_dir: str = ""
-    # Inference graphs with convolutions run their activations channels-last (layout.py).
+    # Graphs with convolutions run their activations channels-last (layout.py): inference
+    # graphs everywhere, training graphs on CUDA.
     channels_last: bool = True
+    # Identical nodes of each graph are merged before export (cse.py).
+    cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
@@ -137,7 +140,7 @@ def build_options(
     else:
         cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
     extra: dict[str, Any] = {}
-    channels_last = graphs = True
+    channels_last = graphs = cse = True
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()
@@ -161,6 +164,8 @@ def build_options(
             channels_last = v
         elif name == "cuda_graphs":
             graphs = v
+        elif name == "cse":
+            cse = v
         else:
             extra[name] = v
     return CoilOptions(
@@ -170,5 +175,6 @@ def build_options(
         cache_dir=cache_dir,
         channels_last=channels_last,
         cuda_graphs=graphs,
+        cse=cse,
         extra=tuple(sorted(extra.items())),
     )

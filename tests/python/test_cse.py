@@ -75,3 +75,18 @@ def test_residual_block_backward_sums_the_gradient_once(tmp_path):
     graph = (bw / "01_graph.txt").read_text()
     sums = [line.split("= ", 1)[1] for line in graph.splitlines() if "aten.sum.dim_IntList" in line]
     assert len(sums) == len(set(sums)), sums  # no sum computed twice
+
+
+def test_option_turns_it_off(tmp_path):
+    from coil.options import build_options
+
+    assert build_options({}).cse is True
+    assert build_options({"cse": False}).cse is False
+
+    def f(x):
+        return torch.exp(x) + torch.exp(x)
+
+    torch._dynamo.reset()
+    torch.compile(f, backend="coil", options={"cse": False, "debug_dir": str(tmp_path)})(
+        torch.randn(8))
+    assert "cse:" not in "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
