@@ -91,8 +91,6 @@ bool has_arg(const Node& node, size_t i, std::string_view name) {
   return a != nullptr && !a->is_none();
 }
 
-int category(DType t) { return t == DType::Bool ? 0 : dtype_is_floating(t) ? 2 : 1; }
-
 // PyTorch's result_type: dim>0 tensors, then 0-dim tensors, then scalars, each group only
 // raising the category (c10 combine_categories).
 DType result_type(const std::vector<const Operand*>& ops) {
@@ -190,8 +188,6 @@ TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType 
 using Family = std::function<std::vector<TensorValue>(LoweringContext&, const Node&)>;
 
 InstrId un(BodyBuilder& b, InstrKind k, InstrId x) { return b.op(k, b.dtype(x), x); }
-InstrId bin(BodyBuilder& b, InstrKind k, InstrId x, InstrId y) { return b.op(k, b.dtype(x), x, y); }
-InstrId cst(BodyBuilder& b, double v, InstrId like) { return b.constant(v, b.dtype(like)); }
 
 // Unary float math: ints promote to the default float dtype.
 void unary_float(LoweringRegistry& r, const std::string& name, InstrKind k) {
