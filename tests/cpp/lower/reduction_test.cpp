@@ -374,6 +374,13 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   EXPECT_EQ(reduction_ranges(cuda), want_cuda);
   Lowered cpu = lower_text(text(""));
   EXPECT_EQ(reduction_ranges(cpu).size(), 4u);
+  // Not split: a prime length has no factor for the chunks; 1024 outputs are enough already.
+  Lowered prime = lower_text(R"(graph(%0: f32[16411]@cuda, %1: f32[1024, 16384]@cuda):
+  %2: f32[]@cuda = aten.sum.default(%0)
+  %3: f32[1024]@cuda = aten.sum.dim_IntList(%1, [1])
+  return (%2, %3)
+)");
+  EXPECT_EQ(reduction_ranges(prime), (std::vector<std::string>{"over 16411", "1024 over 16384"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};
