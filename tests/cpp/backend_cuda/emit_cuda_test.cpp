@@ -323,6 +323,34 @@ TEST(EmitCuda, MemberReadingAnotherMembersStoreTakesItsValue) {
   expect_compiles(src);
 }
 
+// Real models' graphs (tests/golden/cuda_models, written by tools/export_cuda_graphs.py: GPT-2
+// and ResNet-50 training steps at the benchmark's quick size, exported on the CPU as the CUDA
+// path would, re-annotated @cuda): every kernel emits and, where NVRTC loads, compiles. GPT-2's
+// forward saves its causal mask once per layer (a clone after CSE), read back from the member
+// that stores it; ResNet's backward runs BatchNorm's sums in one pass over NHWC columns.
+TEST(EmitCuda, ModelGraphsEmitAndCompile) {
+  auto source = [](const std::string& name) {
+    std::ifstream in(std::string(COIL_SOURCE_DIR) + "/tests/golden/cuda_models/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_FALSE(ss.str().empty()) << name;
+    return emit_graph(ss.str());
+  };
+  CudaSource gpt2_fw = source("gpt2_train_forward.graph");
+  EXPECT_NE(gpt2_fw.code.find("(S0.v[u_] != 0)"), std::string::npos);
+  CudaSource resnet_bw = source("resnet50_train_backward.graph");
+  const std::string code = backend::cuda::strip_prelude(resnet_bw.code);
+  EXPECT_NE(code.find(": one pass over the row"), std::string::npos);
+  int columns = 0;
+  for (const auto& k : resnet_bw.kernels) columns += k.column > 0;
+  EXPECT_GT(columns, 0);
+  for (const CudaSource* s : {&gpt2_fw, &resnet_bw}) EXPECT_GT(s->kernels.size(), 10u);
+  for (const char* name : {"gpt2_train_backward.graph", "resnet50_train_forward.graph"})
+    EXPECT_GT(source(name).kernels.size(), 10u) << name;
+  expect_compiles(gpt2_fw);
+  expect_compiles(resnet_bw);
+}
+
 // Reductions of one kernel over the same ranges that read none of each other's results run
 // in one loop with an accumulator each (a BatchNorm backward's two sums read the gradient
 // once); a reduction that reads an earlier one's result (the variance after the mean) keeps
