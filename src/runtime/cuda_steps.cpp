@@ -92,6 +92,7 @@ CudaSteps::CudaSteps(CudaKernels kernels, SizeCompiler& sc, const CompileOptions
   COIL_CHECK(kernels_.device != nullptr) << "CUDA program without a device";
   for (const auto& k : kernels_.kernels)
     launches_.push_back({sc.compile(k.work), sc.compile(k.row_size)});
+  last_.resize(kernels_.kernels.size());
 }
 
 void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env,
@@ -126,14 +127,26 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
     ints[ni] = rng[1];
     args[na++] = &ints[ni++];
   }
-  const bool tune =
-      options_.cuda_autotune && work * std::max<int64_t>(row, 1) >= cu::kTuneMinElements;
-  const cu::LaunchConfig c = tune ? tuned(k, work, row, aligned, args, stream)
-                                  : cu::choose_launch(info, work, row, aligned, *kernels_.device);
+  cu::LaunchConfig c;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(tune_mu_);
+    const LastLaunch& l = last_[k];
+    known = l.work == work && l.row == row && l.aligned == aligned;
+    if (known) c = l.config;
+  }
+  if (!known) {
+    const bool tune =
+        options_.cuda_autotune && work * std::max<int64_t>(row, 1) >= cu::kTuneMinElements;
+    c = tune ? tuned(k, work, row, aligned, args, stream)
+             : cu::choose_launch(info, work, row, aligned, *kernels_.device);
+    std::lock_guard<std::mutex> lock(tune_mu_);
+    last_[k] = {work, row, aligned, c};
+  }
   auto fn = static_cast<cu::CUfunction>(kernels_.functions[k][c.entry]);
-  d->check_run(d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0,
-                                 static_cast<cu::CUstream>(stream), args, nullptr),
-               ("cuLaunchKernel " + info.name).c_str());
+  const cu::CUresult r = d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0,
+                                           static_cast<cu::CUstream>(stream), args, nullptr);
+  if (r != 0) d->check_run(r, ("cuLaunchKernel " + info.name).c_str());
 }
 
 cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned, void** args,

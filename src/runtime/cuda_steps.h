@@ -43,12 +43,20 @@ class CudaSteps {
   struct Launch {
     SizeExpr work, row_size;
   };
+  // The configuration kernel k last launched with, at those sizes (a step launches at the same
+  // sizes call after call: no key string, map lookup or driver-error text per launch).
+  struct LastLaunch {
+    int64_t work = -1, row = -1;
+    bool aligned = false;
+    backend::cuda::LaunchConfig config;
+  };
   // The measured best configuration for kernel k at these sizes (memory, then the disk cache,
   // then measuring launch_candidates on `stream`; every candidate recomputes the same output).
   backend::cuda::LaunchConfig tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
                                     void* stream) const;
   mutable std::mutex tune_mu_;
   mutable std::map<std::string, backend::cuda::LaunchConfig> tuned_;
+  mutable std::vector<LastLaunch> last_;  // per kernel, under tune_mu_
   CudaKernels kernels_;
   std::vector<Launch> launches_;
   CompileOptions options_;
