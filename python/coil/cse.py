@@ -47,11 +47,7 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> list[str]:
     for n in list(gm.graph.nodes):
         if not _mergeable(n):
             continue
-        try:
-            key = _key(n)
-            hash(key)
-        except TypeError:
-            continue
+        key = _key(n)  # strings and tuples of them: hashable
         first = seen.get(key)
         if first is None:
             seen[key] = n

@@ -165,14 +165,12 @@ def channels_last_convolutions(gm: fx.GraphModule, *, keep_outputs: int | None =
         c.replace_input_with(x, copies[x])
     if not copies and not restrided:
         return ""
-    copied_back = 0
     try:
         _propagate(gm, mode)
     except Exception:  # noqa: BLE001 - any failure leaves the graph as it was
         for x, y in copies.items():
             y.replace_all_uses_with(x)
             g.erase_node(y)
-        copies = {}
         for n, (v, tm) in saved.items():
             if n not in restrided:
                 n.meta["val"], n.meta["tensor_meta"] = v, tm
@@ -189,9 +187,8 @@ def channels_last_convolutions(gm: fx.GraphModule, *, keep_outputs: int | None =
                 back = g.call_function(aten.clone.default, (p,), {"memory_format": fmt})
             p.replace_all_uses_with(back, delete_user_cb=lambda u, b=back: u is not b)
             back.meta["val"] = old
-            copied_back += 1
         gm.recompile()
-        return (f"channels-last: {copied_back} input(s) arrive channels-last; copied back to "
+        return (f"channels-last: {len(restrided)} input(s) arrive channels-last; copied back to "
                 f"their traced strides (the graph does not recompute with them)")
 
     # 2. Copies of values that turned channels-last upstream copy nothing: drop them.

@@ -235,3 +235,22 @@ def test_cuda_training_step_runs_channels_last(tmp_path, dtype):
     notes = "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
     assert "saved activation(s) stay in their new layout" in notes
     assert "input(s) arrive restrided" in notes
+
+
+def test_restrided_inputs_a_graph_cannot_take_are_copied_back():
+    """A backward graph whose inputs arrive channels-last but which cannot recompute with them
+    (an aten.view that NHWC strides forbid) copies them back to the traced strides at its start
+    and still gives the same result."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        return torch.ops.aten.view.default(x, [2, -1]).sum(0)
+
+    x = torch.randn(2, 3, 4, 4)
+    gm = make_fx(f, tracing_mode="fake")(x)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    note = channels_last_convolutions(gm, input_strides=[x_cl])
+    assert note.startswith("channels-last: 1 input(s) arrive channels-last; copied back"), note
+    clones = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+    assert len(clones) == 1 and clones[0].kwargs["memory_format"] == torch.contiguous_format
+    torch.testing.assert_close(gm(x_cl), f(x))

@@ -452,52 +452,36 @@ KernelEmitter::ReduceOps KernelEmitter::reduce_ops(ReduceKind r, DType acc) {
 }
 
 void KernelEmitter::emit_row_reduction(const ComputeNode& n) {
-  const DType out_t = buf(n.out).dtype;
-  const Instr& res = n.body.instrs.at(n.body.result);
-  const bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
-  std::vector<std::string> rvars;
-  for (Expr v : n.reduction_vars) rvars.push_back(cpp_identifier(v->name));
-  if (arg) {
-    const bool mx = n.reduce == ReduceKind::ArgMax;
-    const std::string V = compute_ctype(res.dtype);
-    line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
-    line("int64_t best_index = -1;");
-    const size_t m = member_of(n);
-    emit_row_loop({m}, rvars, n.reduction_ranges,
-                  {{true, [&] {
-                      bind_member_names(m, rvars);
-                      std::string v = emit_body(n);
-                      line("const " + V + " val = " + v + ";");
-                      Expr pos = ctx_.zero();
-                      for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
-                        pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
-                      line("const int64_t pos = " + idx(pos) + ";");
-                      line(std::string("if (best_index < 0 || coil::arg_better<") +
-                           (mx ? "true" : "false") +
-                           ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
-                    }}});
-    // Threads that saw nothing hold index -1: make them lose every comparison.
-    line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
-         ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
-    line(std::string("coil::group_argreduce<G, ") + (mx ? "true" : "false") +
-         ">(best, best_index);");
-    finish_reduction(n, "best_index");
+  if (n.reduce != ReduceKind::ArgMax && n.reduce != ReduceKind::ArgMin) {
+    emit_reduction_loop(member_of(n), member_of(n) + 1);
     return;
   }
-  const DType acc_t = out_t;
-  const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
-  const ReduceOps ops = reduce_ops(n.reduce, acc_t);
-  line(A + " acc = " + ops.init + ";");
+  const Instr& res = n.body.instrs.at(n.body.result);
+  std::vector<std::string> rvars;
+  for (Expr v : n.reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  const bool mx = n.reduce == ReduceKind::ArgMax;
+  const std::string V = compute_ctype(res.dtype);
+  line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
+  line("int64_t best_index = -1;");
   const size_t m = member_of(n);
   emit_row_loop({m}, rvars, n.reduction_ranges,
                 {{true, [&] {
                     bind_member_names(m, rvars);
                     std::string v = emit_body(n);
-                    std::string val = acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
-                    line("acc = coil::" + ops.op + "::apply(acc, " + val + ");");
+                    line("const " + V + " val = " + v + ";");
+                    Expr pos = ctx_.zero();
+                    for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
+                      pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
+                    line("const int64_t pos = " + idx(pos) + ";");
+                    line(std::string("if (best_index < 0 || coil::arg_better<") +
+                         (mx ? "true" : "false") +
+                         ">(val, pos, best, best_index)) { best = val; best_index = pos; }");
                   }}});
-  line("acc = coil::group_reduce<G, coil::" + ops.op + ">(acc);");
-  finish_reduction(n, "acc");
+  // Threads that saw nothing hold index -1: make them lose every comparison.
+  line(std::string("if (best_index < 0) { best = coil::numeric<") + V +
+       ">::" + (mx ? "lowest" : "max") + "(); best_index = 9223372036854775807LL; }");
+  line(std::string("coil::group_argreduce<G, ") + (mx ? "true" : "false") + ">(best, best_index);");
+  finish_reduction(n, "best_index");
 }
 
 // Members m.. that reduce over the same ranges and read none of each other's results (a
@@ -536,6 +520,17 @@ void KernelEmitter::emit_one_pass_reductions(size_t first, size_t end) {
   for (size_t m = first; m < end; ++m) names += (m > first ? ", " : "") + buf(nodes_[m]->out).name;
   line("// " + names + ": one pass over the row");
   open("{");
+  emit_reduction_loop(first, end);
+  close();
+}
+
+// Reductions first..end (not argmax/argmin) over the first's row loop, an accumulator each
+// (`acc` alone, acc0.. for several), then combined across the group and stored.
+void KernelEmitter::emit_reduction_loop(size_t first, size_t end) {
+  const bool several = end - first > 1;
+  auto acc_name = [&](size_t m) {
+    return several ? "acc" + std::to_string(m - first) : std::string("acc");
+  };
   std::vector<std::string> rvars;
   for (Expr v : nodes_[first]->reduction_vars) rvars.push_back(cpp_identifier(v->name));
   std::vector<size_t> members;
@@ -544,31 +539,30 @@ void KernelEmitter::emit_one_pass_reductions(size_t first, size_t end) {
     const ComputeNode& n = *nodes_[m];
     const DType acc_t = buf(n.out).dtype;
     const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
-    const std::string acc = "acc" + std::to_string(m - first);
+    const std::string acc = acc_name(m);
     line(A + " " + acc + " = " + reduce_ops(n.reduce, acc_t).init + ";");
     members.push_back(m);
-    parts.push_back({true, [this, m, acc, A, acc_t, &rvars] {
+    parts.push_back({true, [this, m, acc, A, acc_t, several, &rvars] {
                        const ComputeNode& n = *nodes_[m];
-                       open("{");
+                       if (several) open("{");  // each member's temporaries in their own scope
                        bind_member_names(m, rvars);
                        std::string v = emit_body(n);
                        std::string val =
                            acc_t == DType::Bool ? "bool(" + v + ")" : A + "(" + v + ")";
                        line(acc + " = coil::" + reduce_ops(n.reduce, acc_t).op + "::apply(" + acc +
                             ", " + val + ");");
-                       close();
+                       if (several) close();
                      }});
   }
   emit_row_loop(members, rvars, nodes_[first]->reduction_ranges, parts);
   for (size_t m = first; m < end; ++m) {
     const ComputeNode& n = *nodes_[m];
-    const std::string acc = "acc" + std::to_string(m - first);
+    const std::string acc = acc_name(m);
     line(acc + " = coil::group_reduce<G, coil::" + reduce_ops(n.reduce, buf(n.out).dtype).op +
          ">(" + acc + ");");
     set_node_names(n);
     finish_reduction(n, acc);
   }
-  close();
 }
 
 // Softmax's max and its sum of exp(h - max) in one pass over the row (the "online"

@@ -109,6 +109,7 @@ class KernelEmitter {
   void emit_row_reduction(const ComputeNode& n);
   size_t one_pass_reductions_end(size_t m);
   void emit_one_pass_reductions(size_t first, size_t end);
+  void emit_reduction_loop(size_t first, size_t end);
   InstrId online_max_load(size_t m);
   void emit_online_max_sum(size_t m, InstrId max_load);
   size_t member_of(const ComputeNode& n);
