@@ -21,7 +21,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-from gpu import Device, compile_model, make_step, tf32  # noqa: E402
+from gpu import Device, _parse_options, compile_model, make_step, tf32  # noqa: E402
 from gpu_models import CASES  # noqa: E402
 
 
@@ -56,13 +56,13 @@ def _origins(prof, pattern: str, calls: int, top: int) -> None:
 
 
 def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool,
-                origins: str = "") -> None:
+                origins: str = "", coil_options: dict | None = None, steps: bool = False) -> None:
     dev = Device("cuda")
     master, inputs = case.build(size)[:2]
     model = master.to(dev.device)
     inputs = tuple(x.to(dev.device) if isinstance(x, torch.Tensor) else x for x in inputs)
     with tf32(case.tf32):
-        target = compile_model(compiler, model, {}, tempfile.mkdtemp(prefix="coilprof-"))
+        target = compile_model(compiler, model, coil_options or {}, tempfile.mkdtemp(prefix="coilprof-"))
         step = make_step(case, model, target)
         for _ in range(3):
             step(inputs)
@@ -73,6 +73,15 @@ def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool
         host_issue = (time.perf_counter() - t0) / calls
         dev.sync()
         wall = (time.perf_counter() - t0) / calls
+        if steps and compiler == "coil":  # host time per runtime step of coil's graphs
+            import coil
+
+            coil.set_profiling(True)
+            for _ in range(calls):
+                step(inputs)
+            dev.sync()
+            coil.set_profiling(False)
+            print(f"\n--- {case.name} / coil: host time per runtime step\n" + coil.profile_report(top))
         acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         with torch.profiler.profile(activities=acts, record_shapes=bool(origins)) as prof:
             for _ in range(calls):
@@ -124,13 +133,17 @@ def main() -> None:
     ap.add_argument("--host", action="store_true", help="also cProfile the host side")
     ap.add_argument("--origins", default="", metavar="PATTERN",
                     help="which CPU ops launched the kernels whose name contains PATTERN")
+    ap.add_argument("--steps", action="store_true",
+                    help="coil's host time per runtime step (launches, host ops, allocations)")
+    ap.add_argument("--coil-options", default="", type=_parse_options,
+                    help="torch.compile options for coil, e.g. cuda_autotune=0")
     args = ap.parse_args()
     size = "quick" if args.quick else "full"
     for name in args.cases.split(","):
         for compiler in args.compilers.split(","):
             try:
                 profile_one(CASES[name], compiler, size, args.calls, args.top, args.host,
-                            args.origins)
+                            args.origins, args.coil_options, args.steps)
             except Exception as e:  # one failing case must not hide the others
                 print(f"\n=== {name} / {compiler}: FAILED {type(e).__name__}: {e}"[:400])
 

@@ -3,7 +3,7 @@
 
   python3 tools/export_cuda_graphs.py --cases gpt2_train,resnet50_train --out tests/golden/cuda_models
 
-Each case of bench/gpu_models.py (size "quick") runs on the CPU through torch.compile(backend=
+Each case of bench/gpu_models.py (size "quick" unless --size says otherwise) runs on the CPU through torch.compile(backend=
 "coil") with the glue told its graphs are CUDA graphs: CSE and the channels-last training relayout
 run as on a GPU. The exported graph text is then re-annotated `@cuda`, so the C++ CUDA emitter
 (tests/cpp/backend_cuda: EmitCuda.ModelGraphsEmitAndCompile) can generate, and where NVRTC loads
@@ -31,7 +31,7 @@ def as_cuda(text: str) -> str:
     return _META.sub(r"\1@cuda", text).replace("device(cpu)", "device(cuda)")
 
 
-def export(case: str, out: Path) -> list[Path]:
+def export(case: str, out: Path, size: str = "quick") -> list[Path]:
     import torch
 
     import coil.backend as backend
@@ -41,7 +41,7 @@ def export(case: str, out: Path) -> list[Path]:
     # only makes the graph run eagerly: the text is dumped before it.
     backend.coil_cuda.graph_on_cuda = lambda example_inputs: True
     backend.coil_cuda.unavailable_reason = lambda C, options: "exporting only"
-    model, inputs = CASES[case].build("quick")[:2]
+    model, inputs = CASES[case].build(size)[:2]
     with tempfile.TemporaryDirectory() as tmp:
         torch._dynamo.reset()
         compiled = torch.compile(model, backend="coil", options={"debug_dir": tmp})
@@ -61,11 +61,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="gpt2_train,resnet50_train")
     ap.add_argument("--out", default=str(ROOT / "tests" / "golden" / "cuda_models"))
+    ap.add_argument("--size", default="quick", choices=("tiny", "quick", "full"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for case in args.cases.split(","):
-        for p in export(case, out):
+        for p in export(case, out, args.size):
             print(p)
 
 

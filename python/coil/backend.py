@@ -101,9 +101,17 @@ def profile_report(top: int = 15) -> str:
         runs, steps = fn.compiled.profile()
         if not runs or not steps:
             continue
+        # Host time of each kind of step (a GPU kernel's is its launch), then the slowest
+        # kernel and extern steps.
+        kinds: dict[str, list] = {}
+        for step, t in steps:
+            k = kinds.setdefault(step.split(" ", 1)[0], [0, 0.0])
+            k[0] += 1
+            k[1] += t
         total = sum(t for _, t in steps)
-        lines.append(f"{fn.name}: {runs} run(s), {total / runs * 1e3:.3f} ms per run in "
-                     f"{len(steps)} kernel/extern steps")
+        lines.append(f"{fn.name}: {runs} run(s), {total / runs * 1e3:.3f} ms per run: " + ", ".join(
+            f"{n} {kind} {t / runs * 1e3:.3f} ms" for kind, (n, t) in kinds.items()))
+        steps = [(s, t) for s, t in steps if s.startswith(("kernel", "extern"))]
         for step, t in sorted(steps, key=lambda x: -x[1])[:top]:
             lines.append(f"  {t / runs * 1e3:9.3f} ms {t / total * 100:5.1f}%  {step}")
     return "\n".join(lines)
@@ -281,6 +289,10 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
         copts = options.compile_options(dump.dir)
+        # A training step's two graphs number their kernels from 0 each: name them apart, so
+        # a profile's "bw_kernel12" is one kernel (not the index: the names are in the cached
+        # source, which must not depend on the order graphs were compiled in).
+        copts["kernel_prefix"] = {"forward": "fw_", "backward": "bw_"}.get(kind, "")
         if exported.binder is not None:
             copts["symbol_ranges"] = exported.binder.ranges_text()
         if on_cuda:

@@ -43,6 +43,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_online_softmax": bool,
     "cuda_fast_math": bool,
     "symbol_ranges": str,
+    "kernel_prefix": str,
 }
 
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -13,6 +14,7 @@
 #include "coil/backend/cuda/cublaslt.h"
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/extern_kernels.h"
+#include "coil/runtime/memory_pack.h"
 #include "coil/support/error.h"
 #include "cuda_matmul.h"
 #include "cuda_steps.h"
@@ -84,6 +86,30 @@ struct StepOp {
   int index;  // storage id, kernel index, or extern index
 };
 
+// Where a storage's memory comes from in a CUDA run (docs/cuda-backend.md, "Device memory").
+// Large outputs keep their own blocks: a backward graph could then free each saved
+// activation at its last use, which one block holding them all would forbid. Small ones (a
+// BatchNorm's statistics, its parameters' gradients) share one block per run: the block lives
+// until all of them die, a few MB at most.
+enum class Place : uint8_t {
+  Own,       // its own allocator block
+  Arena,     // freed within the run: a slice of the run's arena, packed by step intervals
+  Small,     // a small output of constant size: a slice of the run's block of small outputs
+  Deferred,  // first written by a host op whose result it adopts: no block of its own
+};
+constexpr int64_t kSmallOutputBytes = 64 << 10;
+// 512 bytes, as PyTorch's caching allocator: every vector width and library is served.
+constexpr int64_t kBlockAlign = 512;
+
+// The blocks of one run.
+struct RunMemory {
+  std::shared_ptr<void> arena, small;
+  char* arena_base = nullptr;
+  char* small_base = nullptr;
+  int64_t arena_bytes = 0;
+  std::vector<int64_t> offsets;  // per storage (arena storages only)
+};
+
 std::string_view canonical_op(ExternKind k) {
   switch (k) {
     case ExternKind::Mm:
@@ -145,6 +171,25 @@ struct Program::Impl {
   uint64_t seed = 0;
   mutable std::atomic<uint64_t> run_count{0};
 
+  // CUDA device memory: per storage its Place; the arena's storages with their step
+  // intervals; the packing of the last sizes seen.
+  std::vector<Place> place;
+  std::vector<int> arena_storages;
+  std::vector<detail::PackItem> arena_items;
+  std::vector<int64_t> small_offsets;  // per storage (small outputs only)
+  int64_t small_bytes = 0;
+  struct Layout {
+    std::vector<int64_t> bytes;  // per arena storage
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+  };
+  mutable std::mutex layout_mu;
+  mutable Layout last_layout;
+
+  void plan_device_memory(const std::unordered_set<int>& output_storages,
+                          const std::vector<std::optional<int64_t>>& constant_bytes);
+  void place_run_memory(const int64_t* env, const RunContext& rc, RunMemory& rm) const;
+
   RuntimeTensor view(const ViewSpec& v, const std::vector<void*>& bufs, const int64_t* env,
                      const std::vector<std::shared_ptr<void>>& storages,
                      const std::vector<RuntimeTensor>& in) const {
@@ -174,7 +219,8 @@ struct Program::Impl {
 
   void run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                   std::vector<std::shared_ptr<void>>& storages,
-                  const std::vector<RuntimeTensor>& in, const RunContext& rc) const;
+                  const std::vector<RuntimeTensor>& in, const RunContext& rc,
+                  const RunMemory& rm) const;
 };
 
 Program::Program(const loop::LoopProgram& program, const sched::Schedule& schedule,
@@ -343,6 +389,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   for (size_t s = 0; s < allocated.size(); ++s)  // used but never planned: allocate up front
     if (!allocated[s] && !m.storage_buffers[s].empty())
       m.steps.push_back({StepOp::Alloc, static_cast<int>(s)});
+  std::unordered_set<int> deferred;
   const std::string provider = options.extern_provider;
   COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library")
       << "extern_provider must be auto, host or library, got '" << provider << "'";
@@ -454,6 +501,16 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
       } else {
         call.provider = Provider::Host;
       }
+      // A storage that a host op's result writes first can adopt that result (run_extern):
+      // on the GPU it gets no block of its own unless the result's layout differs.
+      if (m.device == Device::CUDA && call.provider == Provider::Host) {
+        for (size_t k = 0; k < call.outputs.size(); ++k) {
+          const ViewSpec& o = call.outputs[k];
+          if (call.adoptable[k] && o.root.kind == Root::Storage && o.root.buffer == o.buffer &&
+              std::count(mem.alloc_before[i].begin(), mem.alloc_before[i].end(), o.root.index))
+            deferred.insert(o.root.index);
+        }
+      }
       m.externs.push_back(std::move(call));
       m.steps.push_back({StepOp::Extern, static_cast<int>(m.externs.size()) - 1});
     }
@@ -463,8 +520,75 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   if (m.pending_cuda) {
     m.cuda = std::make_unique<detail::CudaSteps>(std::move(*m.pending_cuda), sc, options);
     m.pending_cuda.reset();
+    m.place.assign(m.storage_buffers.size(), Place::Own);
+    for (int s : deferred) m.place[s] = Place::Deferred;
+    std::erase_if(m.steps, [&](const StepOp& s) {
+      return s.kind == StepOp::Alloc && deferred.count(s.index) > 0;
+    });
+    std::vector<std::optional<int64_t>> constant_bytes;
+    for (sym::Expr e : mem.storage_bytes) constant_bytes.push_back(ctx.as_const(e));
+    m.plan_device_memory(output_storages, constant_bytes);
   }
   m.code = std::move(sc.code);
+}
+
+void Program::Impl::plan_device_memory(const std::unordered_set<int>& output_storages,
+                                       const std::vector<std::optional<int64_t>>& constant_bytes) {
+  const size_t n = storage_buffers.size();
+  std::vector<int> first(n, -1), last(n, -1);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind == StepOp::Alloc) first[steps[i].index] = static_cast<int>(i);
+    if (steps[i].kind == StepOp::Free) last[steps[i].index] = static_cast<int>(i);
+  }
+  small_offsets.assign(n, 0);
+  for (size_t s = 0; s < n; ++s) {
+    if (place[s] != Place::Own || first[s] < 0) continue;
+    if (output_storages.count(static_cast<int>(s))) {
+      const std::optional<int64_t>& b = constant_bytes[s];
+      if (b && *b <= kSmallOutputBytes) {
+        place[s] = Place::Small;
+        small_offsets[s] = small_bytes;
+        small_bytes += (std::max<int64_t>(*b, 1) + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+      }
+    } else if (last[s] >= 0) {
+      place[s] = Place::Arena;
+      arena_storages.push_back(static_cast<int>(s));
+      arena_items.push_back({0, first[s], last[s]});
+    }
+  }
+}
+
+void Program::Impl::place_run_memory(const int64_t* env, const RunContext& rc,
+                                     RunMemory& rm) const {
+  void* p = nullptr;
+  if (small_bytes > 0) {
+    rm.small = cuda->allocate(static_cast<size_t>(small_bytes), rc, &p);
+    rm.small_base = static_cast<char*>(p);
+  }
+  if (arena_storages.empty()) return;
+  std::vector<int64_t> bytes;
+  bytes.reserve(arena_storages.size());
+  for (int s : arena_storages)
+    bytes.push_back(std::max<int64_t>(eval_size(storage_bytes[s], env, code.data()), 0));
+  int64_t total = 0;
+  rm.offsets.assign(storage_buffers.size(), 0);
+  {
+    std::lock_guard<std::mutex> lock(layout_mu);
+    if (last_layout.bytes != bytes || last_layout.offsets.size() != bytes.size()) {
+      std::vector<detail::PackItem> items = arena_items;
+      for (size_t i = 0; i < items.size(); ++i) items[i].bytes = bytes[i];
+      detail::Packing packing = detail::pack_intervals(items, kBlockAlign);
+      last_layout = {bytes, std::move(packing.offsets), packing.total};
+    }
+    for (size_t i = 0; i < arena_storages.size(); ++i)
+      rm.offsets[arena_storages[i]] = last_layout.offsets[i];
+    total = last_layout.total;
+  }
+  if (total > 0) {
+    rm.arena = cuda->allocate(static_cast<size_t>(total), rc, &p);
+    rm.arena_base = static_cast<char*>(p);
+    rm.arena_bytes = total;
+  }
 }
 
 Program::~Program() = default;
@@ -493,10 +617,8 @@ std::vector<Program::StepTime> Program::profile(int64_t* runs) const {
   if (!m.step_ns) return out;
   std::istringstream lines(describe());
   std::string line;
-  for (size_t i = 0; i < m.steps.size() && std::getline(lines, line); ++i) {
-    if (m.steps[i].kind == StepOp::Kernel || m.steps[i].kind == StepOp::Extern)
-      out.push_back({line, static_cast<double>(m.step_ns[i].load()) * 1e-9});
-  }
+  for (size_t i = 0; i < m.steps.size() && std::getline(lines, line); ++i)
+    out.push_back({line, static_cast<double>(m.step_ns[i].load()) * 1e-9});
   return out;
 }
 
@@ -506,7 +628,12 @@ std::string Program::describe() const {
   for (const StepOp& s : m.steps) {
     switch (s.kind) {
       case StepOp::Alloc:
-        out << "alloc s" << s.index << "\n";
+        out << "alloc s" << s.index
+            << (m.place.empty()                    ? ""
+                : m.place[s.index] == Place::Arena ? " (arena)"
+                : m.place[s.index] == Place::Small ? " (small outputs)"
+                                                   : "")
+            << "\n";
         break;
       case StepOp::Free:
         out << "free s" << s.index << "\n";
@@ -609,7 +736,8 @@ bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<Runtim
 
 void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs, const int64_t* env,
                                std::vector<std::shared_ptr<void>>& storages,
-                               const std::vector<RuntimeTensor>& in, const RunContext& rc) const {
+                               const std::vector<RuntimeTensor>& in, const RunContext& rc,
+                               const RunMemory& rm) const {
   std::vector<RuntimeTensor> ins;
   ins.reserve(call.inputs.size());
   for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
@@ -644,12 +772,26 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
       if (same_layout && spec.root.kind == Root::Storage)
         same_layout = span * dtype_size(r.dtype) >=
                       eval_size(storage_bytes[spec.root.index], env, code.data());
+      // A result inside the arena aliases an input there, whose memory later steps reuse.
+      const char* rd = static_cast<const char*>(r.data);
+      if (same_layout && rm.arena_base && rd >= rm.arena_base &&
+          rd < rm.arena_base + rm.arena_bytes)
+        same_layout = false;
       if (same_layout && dst.data == bufs[spec.buffer]) {
         // Adopt the host's result as the storage: no copy.
         int s = spec.root.index;
         storages[s] = r.owner;
         for (BufferId b : storage_buffers[s]) bufs[b] = r.data;
       } else if (cuda) {
+        if (spec.root.kind == Root::Storage && !storages[spec.root.index]) {
+          // A deferred storage whose result could not be adopted: its own block after all.
+          const int s = spec.root.index;
+          const int64_t bytes = eval_size(storage_bytes[s], env, code.data());
+          void* p = nullptr;
+          storages[s] = cuda->allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)), rc, &p);
+          for (BufferId b : storage_buffers[s]) bufs[b] = p;
+          dst = view(spec, bufs, env, storages, in);
+        }
         cuda->copy(r, dst, rc.stream);
       } else {
         kernels::copy(r, dst);
@@ -784,6 +926,8 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
   }
   if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
+  RunMemory rm;
+  if (m.cuda && (!m.arena_storages.empty() || m.small_bytes > 0)) m.place_run_memory(env, rc, rm);
   Allocator& alloc = Allocator::global();
   const bool prof = m.profiling.load(std::memory_order_relaxed);
   if (prof) m.profiled_runs.fetch_add(1, std::memory_order_relaxed);
@@ -793,9 +937,18 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
         prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case StepOp::Alloc: {
+        const Place place = m.place.empty() ? Place::Own : m.place[s.index];
+        void* p = nullptr;
+        if (place == Place::Arena || place == Place::Small) {
+          const bool arena = place == Place::Arena;
+          p = arena ? rm.arena_base + rm.offsets[s.index]
+                    : rm.small_base + m.small_offsets[s.index];
+          storages[s.index] = std::shared_ptr<void>(arena ? rm.arena : rm.small, p);
+          for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
+          break;
+        }
         int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
         size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 0));
-        void* p = nullptr;
         if (m.cuda) {
           storages[s.index] = m.cuda->allocate(n, rc, &p);
         } else {
@@ -816,7 +969,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
         }
         break;
       case StepOp::Extern:
-        m.run_extern(m.externs[s.index], bufs, env, storages, in, rc);
+        m.run_extern(m.externs[s.index], bufs, env, storages, in, rc, rm);
         break;
     }
     if (prof) {

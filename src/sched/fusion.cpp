@@ -5,6 +5,7 @@
 // space that reads one of its inputs (horizontal); otherwise it starts a kernel. Every decision
 // is logged.
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <optional>
 #include <set>
@@ -33,6 +34,11 @@ class Fuser {
       : p_(p), ctx_(*p.ctx), deps_(deps), options_(options) {
     producer_ = buffer_producers(p, deps);
     step_group_.assign(p.steps.size(), -1);
+    // The prefix starts every kernel's name, a C identifier in the generated code.
+    for (char c : options.kernel_prefix)
+      COIL_USER_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '_')
+          << "kernel_prefix must be letters, digits and '_', got '" << options.kernel_prefix
+          << "'";
   }
 
   void run(Schedule& out) {
@@ -296,7 +302,7 @@ class Fuser {
     Group g;
     g.steps = {s};
     g.outer = n.ranges;
-    g.name = "kernel" + std::to_string(num_kernels_++);
+    g.name = options_.kernel_prefix + "kernel" + std::to_string(num_kernels_++);
     log_ << name << " starts " << g.name << " over " << ranges_str(ctx_, g.outer)
          << (options_.fuse ? "" : " (fusion disabled)") << "\n";
     add_group(std::move(g));

@@ -33,7 +33,8 @@ namespace coil {
   X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
   X(bool, cuda_online_softmax, false, true)      /* softmax's max and sum in one pass */          \
   X(bool, cuda_fast_math, true, true)            /* approx exp/div where outputs are bf16/f16 */  \
-  X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" size symbol ranges (ShapeEnv) */
+  X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" symbol ranges (ShapeEnv) */   \
+  X(std::string, kernel_prefix, "", true)        /* "bw_": profiles tell graphs' kernels apart */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

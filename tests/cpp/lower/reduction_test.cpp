@@ -374,13 +374,24 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   EXPECT_EQ(reduction_ranges(cuda), want_cuda);
   Lowered cpu = lower_text(text(""));
   EXPECT_EQ(reduction_ranges(cpu).size(), 4u);
-  // Not split: a prime length has no factor for the chunks; 1024 outputs are enough already.
-  Lowered prime = lower_text(R"(graph(%0: f32[16411]@cuda, %1: f32[1024, 16384]@cuda):
-  %2: f32[]@cuda = aten.sum.default(%0)
-  %3: f32[1024]@cuda = aten.sum.dim_IntList(%1, [1])
-  return (%2, %3)
+  // Not split: a prime length has no factor for the chunks; 2048 outputs are enough already;
+  // 4096 elements per output are too few to pay for a second kernel.
+  Lowered prime =
+      lower_text(R"(graph(%0: f32[16411]@cuda, %1: f32[2048, 16384]@cuda, %2: f32[4096, 768]@cuda):
+  %3: f32[]@cuda = aten.sum.default(%0)
+  %4: f32[2048]@cuda = aten.sum.dim_IntList(%1, [1])
+  %5: f32[768]@cuda = aten.sum.dim_IntList(%2, [0])
+  return (%3, %4, %5)
 )");
-  EXPECT_EQ(reduction_ranges(prime), (std::vector<std::string>{"over 16411", "1024 over 16384"}));
+  EXPECT_EQ(reduction_ranges(prime),
+            (std::vector<std::string>{"over 16411", "2048 over 16384", "768 over 4096"}));
+  // 1024 channels over [64, 14, 14] (ResNet-50's third stage): 4 chunks of 16 images.
+  Lowered bn = lower_text(R"(graph(%0: f32[64, 1024, 14, 14]@cuda):
+  %1: f32[1024]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
+  return (%1)
+)");
+  EXPECT_EQ(reduction_ranges(bn),
+            (std::vector<std::string>{"4 1024 over 16 14 14", "1024 over 4"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};

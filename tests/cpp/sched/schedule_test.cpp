@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "coil/sched/schedule.h"
+#include "coil/support/error.h"
 #include "test_programs.h"
 
 namespace coil::testing {
@@ -166,6 +167,21 @@ TEST(Schedule, PointwiseChainIsOneKernel) {
   EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);  // x*2 and exp are never materialized
   check_memory_plan(b.p, s);
   expect_golden("pointwise_chain", full_text(b.p, s));
+}
+
+// A training step's forward and backward graphs number their kernels from 0 each; the
+// prefix tells them apart in a profile. It becomes part of C identifiers, so only letters,
+// digits and '_' are accepted.
+TEST(Schedule, KernelPrefixNamesKernels) {
+  ProgramBuilder b;
+  build_pointwise_chain(b, b.c(64), b.c(256));
+  CompileOptions o;
+  o.kernel_prefix = "bw_";
+  Schedule s = sched::schedule_program(b.p, o);
+  ASSERT_EQ(s.kernels.size(), 1u);
+  EXPECT_EQ(s.kernels[0].name, "bw_kernel0");
+  o.kernel_prefix = "a b";
+  EXPECT_THROW(sched::schedule_program(b.p, o), CompileError);
 }
 
 TEST(Schedule, IndependentReductionsFuseHorizontally) {
