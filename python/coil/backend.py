@@ -340,6 +340,24 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
 # The Dynamo backend
 
 
+def _partition(opts: CoilOptions) -> dict[str, Any]:
+    """AOTAutograd's min-cut partitioner where `recompute` is on (and networkx, which it needs,
+    is installed): values cheap to recompute from what the backward saves anyway (a
+    log-softmax from its logits and row statistics, a ReLU from its input) are recomputed in the
+    backward's fused kernels instead of written out and read back. GPT-2 training's LM head
+    wrote its [tokens, 50257] log-probabilities in the forward for the backward to read."""
+    if not opts.recompute:
+        return {}
+    try:
+        import networkx  # noqa: F401
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+    except ImportError as e:
+        log.info("coil: min-cut partitioner unavailable (%s): saving every activation", e)
+        return {}
+    return {"partition_fn": functools.partial(min_cut_rematerialization_partition,
+                                              compiler="inductor")}
+
+
 def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                  options: dict[str, Any] | None = None, mode: str | None = None, **kwargs):
     """TorchDynamo backend: torch.compile(model, backend="coil", options={...})."""
@@ -379,5 +397,6 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         inference_compiler=inference_compiler,
         decompositions=coil_decompositions(),
         keep_inference_input_mutations=False,
+        **_partition(opts),
     )
     return disable(compiled)

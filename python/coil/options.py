@@ -60,7 +60,7 @@ def _compile_option_fields() -> dict[str, type]:
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
-                                         "cuda_graphs": bool, "cse": bool}
+                                         "cuda_graphs": bool, "cse": bool, "recompute": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -102,6 +102,10 @@ class CoilOptions:
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
+    # Training graphs are split by AOTAutograd's min-cut partitioner, which recomputes cheap
+    # values in the backward instead of saving them (as Inductor does); off: save everything
+    # the backward reads (AOTAutograd's default partition).
+    recompute: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -141,7 +145,7 @@ def build_options(
     else:
         cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
     extra: dict[str, Any] = {}
-    channels_last = graphs = cse = True
+    channels_last = graphs = cse = recompute = True
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()
@@ -167,6 +171,8 @@ def build_options(
             graphs = v
         elif name == "cse":
             cse = v
+        elif name == "recompute":
+            recompute = v
         else:
             extra[name] = v
     return CoilOptions(
@@ -177,5 +183,6 @@ def build_options(
         channels_last=channels_last,
         cuda_graphs=graphs,
         cse=cse,
+        recompute=recompute,
         extra=tuple(sorted(extra.items())),
     )
