@@ -342,10 +342,9 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
 
 def _partition(opts: CoilOptions) -> dict[str, Any]:
     """AOTAutograd's min-cut partitioner where `recompute` is on (and networkx, which it needs,
-    is installed): values cheap to recompute from what the backward saves anyway (a
-    log-softmax from its logits and row statistics, a ReLU from its input) are recomputed in the
-    backward's fused kernels instead of written out and read back. GPT-2 training's LM head
-    wrote its [tokens, 50257] log-probabilities in the forward for the backward to read."""
+    is installed): values cheap to recompute from what the backward saves anyway are
+    recomputed in the backward's fused kernels instead of written out and read back. Off by
+    default (measured slower and larger for GPT-2 training, docs/decisions.md)."""
     if not opts.recompute:
         return {}
     try:

@@ -102,10 +102,11 @@ class CoilOptions:
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
-    # Training graphs are split by AOTAutograd's min-cut partitioner, which recomputes cheap
-    # values in the backward instead of saving them (as Inductor does); off: save everything
-    # the backward reads (AOTAutograd's default partition).
-    recompute: bool = True
+    # Training graphs split by AOTAutograd's min-cut partitioner, which recomputes cheap values
+    # in the backward instead of saving them (as Inductor does). Off by default: on the H100
+    # it made GPT-2 training slower (27.1 -> 29.8 ms) and its peak memory larger (6311 ->
+    # 7873 MiB); docs/decisions.md.
+    recompute: bool = False
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -145,7 +146,8 @@ def build_options(
     else:
         cache_dir = str(Path.home() / ".cache" / "coil" / "kernels")
     extra: dict[str, Any] = {}
-    channels_last = graphs = cse = recompute = True
+    channels_last = graphs = cse = True
+    recompute = False
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()

@@ -69,6 +69,12 @@ def test_resnet_training_with_library_kernels():
     _check("resnet18_train", torch.float32, extern_provider="library")
 
 
+@pytest.mark.parametrize("name", [n for n, (_, trains) in zoo.MODELS.items() if trains])
+def test_training_with_min_cut_partition(name):
+    # Option recompute: AOTAutograd's min-cut partitioner moves recomputation into the backward.
+    _check(name, torch.float32, recompute=True)
+
+
 @pytest.mark.parametrize("name", list(zoo.MODELS))
 def test_model_bfloat16_strict(name):
     _check(name, torch.bfloat16)
