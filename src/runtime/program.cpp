@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -13,8 +12,8 @@
 
 #include "coil/backend/cuda/cublaslt.h"
 #include "coil/runtime/allocator.h"
+#include "coil/runtime/device_memory.h"
 #include "coil/runtime/extern_kernels.h"
-#include "coil/runtime/memory_pack.h"
 #include "coil/support/error.h"
 #include "cuda_matmul.h"
 #include "cuda_steps.h"
@@ -86,25 +85,6 @@ struct StepOp {
   int index;  // storage id, kernel index, or extern index
 };
 
-// Where a storage's memory comes from in a CUDA run (docs/cuda-backend.md, "Device memory").
-// Large outputs keep their own blocks: a backward graph could then free each saved
-// activation at its last use, which one block holding them all would forbid. Small ones (a
-// BatchNorm's statistics, its parameters' gradients) share one block per run: the block lives
-// until all of them die, a few MB at most.
-enum class Place : uint8_t {
-  Own,       // its own allocator block
-  Arena,     // small, freed within the run: a slice of the run's arena, packed by step intervals
-  Small,     // a small output of constant size: a slice of the run's block of small outputs
-  Deferred,  // first written by a host op whose result it adopts: no block of its own
-};
-constexpr int64_t kSmallOutputBytes = 64 << 10;
-// The arena takes only intermediates up to this size: a large one in the arena could not be
-// reused by a later output, as its own freed block can (the arena held GPT-2 inference's peak
-// at 976 MiB against 790 MiB with every intermediate in its own block).
-constexpr int64_t kArenaMaxBytes = 1 << 20;
-// 512 bytes, as PyTorch's caching allocator: every vector width and library is served.
-constexpr int64_t kBlockAlign = 512;
-
 // The blocks of one run.
 struct RunMemory {
   std::shared_ptr<void> arena, small;
@@ -175,23 +155,8 @@ struct Program::Impl {
   uint64_t seed = 0;
   mutable std::atomic<uint64_t> run_count{0};
 
-  // CUDA device memory: per storage its Place; the arena's storages with their step
-  // intervals; the packing of the last sizes seen.
-  std::vector<Place> place;
-  std::vector<int> arena_storages;
-  std::vector<detail::PackItem> arena_items;
-  std::vector<int64_t> small_offsets;  // per storage (small outputs only)
-  int64_t small_bytes = 0;
-  struct Layout {
-    std::vector<int64_t> bytes;  // per arena storage
-    std::vector<int64_t> offsets;
-    int64_t total = 0;
-  };
-  mutable std::mutex layout_mu;
-  mutable Layout last_layout;
-
-  void plan_device_memory(const std::unordered_set<int>& output_storages,
-                          const std::vector<std::optional<int64_t>>& constant_bytes);
+  // CUDA device memory: where each storage's memory comes from.
+  detail::DeviceMemoryPlan memory;
   void place_run_memory(const int64_t* env, const RunContext& rc, RunMemory& rm) const;
 
   RuntimeTensor view(const ViewSpec& v, const std::vector<void*>& bufs, const int64_t* env,
@@ -524,70 +489,40 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   if (m.pending_cuda) {
     m.cuda = std::make_unique<detail::CudaSteps>(std::move(*m.pending_cuda), sc, options);
     m.pending_cuda.reset();
-    m.place.assign(m.storage_buffers.size(), Place::Own);
-    for (int s : deferred) m.place[s] = Place::Deferred;
     std::erase_if(m.steps, [&](const StepOp& s) {
       return s.kind == StepOp::Alloc && deferred.count(s.index) > 0;
     });
-    std::vector<std::optional<int64_t>> constant_bytes;
-    for (sym::Expr e : mem.storage_bytes) constant_bytes.push_back(ctx.as_const(e));
-    m.plan_device_memory(output_storages, constant_bytes);
+    std::vector<detail::StorageUse> uses(m.storage_buffers.size());
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+      const StepOp& st = m.steps[i];
+      if (st.kind == StepOp::Alloc) uses[st.index].first = static_cast<int>(i);
+      if (st.kind == StepOp::Free) uses[st.index].last = static_cast<int>(i);
+    }
+    for (size_t s = 0; s < uses.size(); ++s) {
+      uses[s].output = output_storages.count(static_cast<int>(s)) > 0;
+      uses[s].deferred = deferred.count(static_cast<int>(s)) > 0;
+      uses[s].constant_bytes = ctx.as_const(mem.storage_bytes[s]);
+    }
+    m.memory.build(uses);
   }
   m.code = std::move(sc.code);
-}
-
-void Program::Impl::plan_device_memory(const std::unordered_set<int>& output_storages,
-                                       const std::vector<std::optional<int64_t>>& constant_bytes) {
-  const size_t n = storage_buffers.size();
-  std::vector<int> first(n, -1), last(n, -1);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].kind == StepOp::Alloc) first[steps[i].index] = static_cast<int>(i);
-    if (steps[i].kind == StepOp::Free) last[steps[i].index] = static_cast<int>(i);
-  }
-  small_offsets.assign(n, 0);
-  for (size_t s = 0; s < n; ++s) {
-    if (place[s] != Place::Own || first[s] < 0) continue;
-    if (output_storages.count(static_cast<int>(s))) {
-      const std::optional<int64_t>& b = constant_bytes[s];
-      if (b && *b <= kSmallOutputBytes) {
-        place[s] = Place::Small;
-        small_offsets[s] = small_bytes;
-        small_bytes += (std::max<int64_t>(*b, 1) + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
-      }
-    } else if (last[s] >= 0 && constant_bytes[s] && *constant_bytes[s] <= kArenaMaxBytes) {
-      place[s] = Place::Arena;
-      arena_storages.push_back(static_cast<int>(s));
-      arena_items.push_back({0, first[s], last[s]});
-    }
-  }
 }
 
 void Program::Impl::place_run_memory(const int64_t* env, const RunContext& rc,
                                      RunMemory& rm) const {
   void* p = nullptr;
-  if (small_bytes > 0) {
-    rm.small = cuda->allocate(static_cast<size_t>(small_bytes), rc, &p);
+  if (memory.small_bytes() > 0) {
+    rm.small = cuda->allocate(static_cast<size_t>(memory.small_bytes()), rc, &p);
     rm.small_base = static_cast<char*>(p);
   }
-  if (arena_storages.empty()) return;
+  const std::vector<int>& arena = memory.arena_storages();
+  if (arena.empty()) return;
   std::vector<int64_t> bytes;
-  bytes.reserve(arena_storages.size());
-  for (int s : arena_storages)
+  bytes.reserve(arena.size());
+  for (int s : arena)
     bytes.push_back(std::max<int64_t>(eval_size(storage_bytes[s], env, code.data()), 0));
-  int64_t total = 0;
   rm.offsets.assign(storage_buffers.size(), 0);
-  {
-    std::lock_guard<std::mutex> lock(layout_mu);
-    if (last_layout.bytes != bytes || last_layout.offsets.size() != bytes.size()) {
-      std::vector<detail::PackItem> items = arena_items;
-      for (size_t i = 0; i < items.size(); ++i) items[i].bytes = bytes[i];
-      detail::Packing packing = detail::pack_intervals(items, kBlockAlign);
-      last_layout = {bytes, std::move(packing.offsets), packing.total};
-    }
-    for (size_t i = 0; i < arena_storages.size(); ++i)
-      rm.offsets[arena_storages[i]] = last_layout.offsets[i];
-    total = last_layout.total;
-  }
+  const int64_t total = memory.arena_offsets(bytes, &rm.offsets);
   if (total > 0) {
     rm.arena = cuda->allocate(static_cast<size_t>(total), rc, &p);
     rm.arena_base = static_cast<char*>(p);
@@ -633,10 +568,9 @@ std::string Program::describe() const {
     switch (s.kind) {
       case StepOp::Alloc:
         out << "alloc s" << s.index
-            << (m.place.empty()                    ? ""
-                : m.place[s.index] == Place::Arena ? " (arena)"
-                : m.place[s.index] == Place::Small ? " (small outputs)"
-                                                   : "")
+            << (m.memory.place(s.index) == detail::Place::Arena   ? " (arena)"
+                : m.memory.place(s.index) == detail::Place::Small ? " (small outputs)"
+                                                                  : "")
             << "\n";
         break;
       case StepOp::Free:
@@ -931,7 +865,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
   if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   RunMemory rm;
-  if (m.cuda && (!m.arena_storages.empty() || m.small_bytes > 0)) m.place_run_memory(env, rc, rm);
+  if (m.cuda && !m.memory.empty()) m.place_run_memory(env, rc, rm);
   Allocator& alloc = Allocator::global();
   const bool prof = m.profiling.load(std::memory_order_relaxed);
   if (prof) m.profiled_runs.fetch_add(1, std::memory_order_relaxed);
@@ -941,12 +875,12 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
         prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case StepOp::Alloc: {
-        const Place place = m.place.empty() ? Place::Own : m.place[s.index];
+        const detail::Place place = m.memory.place(s.index);
         void* p = nullptr;
-        if (place == Place::Arena || place == Place::Small) {
-          const bool arena = place == Place::Arena;
+        if (place == detail::Place::Arena || place == detail::Place::Small) {
+          const bool arena = place == detail::Place::Arena;
           p = arena ? rm.arena_base + rm.offsets[s.index]
-                    : rm.small_base + m.small_offsets[s.index];
+                    : rm.small_base + m.memory.small_offset(s.index);
           storages[s.index] = std::shared_ptr<void>(arena ? rm.arena : rm.small, p);
           for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
           break;

@@ -1,4 +1,4 @@
-#include "coil/runtime/memory_pack.h"
+#include "coil/runtime/device_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -56,6 +56,42 @@ TEST(MemoryPack, RandomIntervalsNeverOverlapAndStayNearThePeak) {
     EXPECT_LE(p.total, sum);
     EXPECT_GE(p.total, peak);
   }
+}
+
+}  // namespace
+}  // namespace coil::runtime::detail
+
+namespace coil::runtime::detail {
+namespace {
+
+// Small intermediates go to the arena, small outputs to the shared block; large ones, those
+// of symbolic size and those a host op's result is adopted into keep their own.
+TEST(DeviceMemoryPlan, PlacesStoragesBySizeAndLifetime) {
+  std::vector<StorageUse> uses(7);
+  uses[0] = {0, 3, false, false, 4096};          // small intermediate
+  uses[1] = {1, 4, false, false, 64 << 20};      // large intermediate
+  uses[2] = {2, -1, true, false, 1024};          // small output
+  uses[3] = {3, -1, true, false, 64 << 20};      // large output
+  uses[4] = {4, 6, false, false, std::nullopt};  // symbolic size
+  uses[5] = {-1, -1, true, true, 4096};          // deferred (adopts a host op's result)
+  uses[6] = {5, -1, true, false, 2048};          // another small output
+  DeviceMemoryPlan plan;
+  plan.build(uses);
+  EXPECT_EQ(plan.place(0), Place::Arena);
+  EXPECT_EQ(plan.place(1), Place::Own);
+  EXPECT_EQ(plan.place(2), Place::Small);
+  EXPECT_EQ(plan.place(3), Place::Own);
+  EXPECT_EQ(plan.place(4), Place::Own);
+  EXPECT_EQ(plan.place(5), Place::Deferred);
+  EXPECT_EQ(plan.place(6), Place::Small);
+  EXPECT_EQ(plan.arena_storages(), std::vector<int>{0});
+  EXPECT_EQ(plan.small_offset(2), 0);
+  EXPECT_EQ(plan.small_offset(6), DeviceMemoryPlan::kAlign * 2);
+  EXPECT_EQ(plan.small_bytes(), DeviceMemoryPlan::kAlign * 6);
+  std::vector<int64_t> offsets(7, -1);
+  EXPECT_EQ(plan.arena_offsets({4096}, &offsets), 4096);
+  EXPECT_EQ(offsets[0], 0);
+  EXPECT_EQ(offsets[1], -1);  // only the arena's storages are written
 }
 
 }  // namespace
