@@ -44,7 +44,9 @@ Packing pack_intervals(const std::vector<PackItem>& items, int64_t align) {
 
 void DeviceMemoryPlan::build(const std::vector<StorageUse>& uses) {
   place_.assign(uses.size(), Place::Own);
-  small_offsets_.assign(uses.size(), 0);
+  offsets_.assign(uses.size(), 0);
+  std::vector<int> arena;
+  std::vector<PackItem> items;
   for (size_t s = 0; s < uses.size(); ++s) {
     const StorageUse& u = uses[s];
     const std::optional<int64_t>& b = u.constant_bytes;
@@ -55,28 +57,18 @@ void DeviceMemoryPlan::build(const std::vector<StorageUse>& uses) {
     } else if (u.output) {
       if (b && *b <= kSmallOutputBytes) {
         place_[s] = Place::Small;
-        small_offsets_[s] = small_bytes_;
+        offsets_[s] = small_bytes_;
         small_bytes_ += round_up(*b, kAlign);
       }
     } else if (u.last >= 0 && b && *b <= kArenaMaxBytes) {
       place_[s] = Place::Arena;
-      arena_.push_back(static_cast<int>(s));
-      arena_items_.push_back({0, u.first, u.last});
+      arena.push_back(static_cast<int>(s));
+      items.push_back({*b, u.first, u.last});
     }
   }
-}
-
-int64_t DeviceMemoryPlan::arena_offsets(const std::vector<int64_t>& bytes,
-                                        std::vector<int64_t>* offsets) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (last_.bytes != bytes || last_.offsets.size() != bytes.size()) {
-    std::vector<PackItem> items = arena_items_;
-    for (size_t i = 0; i < items.size() && i < bytes.size(); ++i) items[i].bytes = bytes[i];
-    Packing p = pack_intervals(items, kAlign);
-    last_ = {bytes, std::move(p.offsets), p.total};
-  }
-  for (size_t i = 0; i < arena_.size(); ++i) (*offsets)[arena_[i]] = last_.offsets[i];
-  return last_.total;
+  Packing p = pack_intervals(items, kAlign);
+  for (size_t i = 0; i < arena.size(); ++i) offsets_[arena[i]] = p.offsets[i];
+  arena_bytes_ = p.total;
 }
 
 }  // namespace coil::runtime::detail

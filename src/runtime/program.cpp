@@ -91,7 +91,6 @@ struct RunMemory {
   char* arena_base = nullptr;
   char* small_base = nullptr;
   int64_t arena_bytes = 0;
-  std::vector<int64_t> offsets;  // per storage (arena storages only)
 };
 
 std::string_view canonical_op(ExternKind k) {
@@ -157,7 +156,10 @@ struct Program::Impl {
 
   // CUDA device memory: where each storage's memory comes from.
   detail::DeviceMemoryPlan memory;
-  void place_run_memory(const int64_t* env, const RunContext& rc, RunMemory& rm) const;
+  void place_run_memory(const RunContext& rc, RunMemory& rm) const;
+  // A block of the storage's own (CUDA: through ctx.allocate); points its buffers at it.
+  void* allocate_own(int s, const int64_t* env, const RunContext& rc,
+                     std::vector<std::shared_ptr<void>>& storages, std::vector<void*>& bufs) const;
 
   RuntimeTensor view(const ViewSpec& v, const std::vector<void*>& bufs, const int64_t* env,
                      const std::vector<std::shared_ptr<void>>& storages,
@@ -508,26 +510,33 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   m.code = std::move(sc.code);
 }
 
-void Program::Impl::place_run_memory(const int64_t* env, const RunContext& rc,
-                                     RunMemory& rm) const {
+void Program::Impl::place_run_memory(const RunContext& rc, RunMemory& rm) const {
   void* p = nullptr;
   if (memory.small_bytes() > 0) {
     rm.small = cuda->allocate(static_cast<size_t>(memory.small_bytes()), rc, &p);
     rm.small_base = static_cast<char*>(p);
   }
-  const std::vector<int>& arena = memory.arena_storages();
-  if (arena.empty()) return;
-  std::vector<int64_t> bytes;
-  bytes.reserve(arena.size());
-  for (int s : arena)
-    bytes.push_back(std::max<int64_t>(eval_size(storage_bytes[s], env, code.data()), 0));
-  rm.offsets.assign(storage_buffers.size(), 0);
-  const int64_t total = memory.arena_offsets(bytes, &rm.offsets);
-  if (total > 0) {
-    rm.arena = cuda->allocate(static_cast<size_t>(total), rc, &p);
+  if (memory.arena_bytes() > 0) {
+    rm.arena = cuda->allocate(static_cast<size_t>(memory.arena_bytes()), rc, &p);
     rm.arena_base = static_cast<char*>(p);
-    rm.arena_bytes = total;
+    rm.arena_bytes = memory.arena_bytes();
   }
+}
+
+void* Program::Impl::allocate_own(int s, const int64_t* env, const RunContext& rc,
+                                  std::vector<std::shared_ptr<void>>& storages,
+                                  std::vector<void*>& bufs) const {
+  const int64_t bytes = eval_size(storage_bytes[s], env, code.data());
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 0));
+  void* p = nullptr;
+  if (cuda) {
+    storages[s] = cuda->allocate(n, rc, &p);
+  } else {
+    storages[s] = Allocator::global().allocate(n);
+    p = storages[s].get();
+  }
+  for (BufferId b : storage_buffers[s]) bufs[b] = p;
+  return p;
 }
 
 Program::~Program() = default;
@@ -723,11 +732,7 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
       } else if (cuda) {
         if (spec.root.kind == Root::Storage && !storages[spec.root.index]) {
           // A deferred storage whose result could not be adopted: its own block after all.
-          const int s = spec.root.index;
-          const int64_t bytes = eval_size(storage_bytes[s], env, code.data());
-          void* p = nullptr;
-          storages[s] = cuda->allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)), rc, &p);
-          for (BufferId b : storage_buffers[s]) bufs[b] = p;
+          allocate_own(spec.root.index, env, rc, storages, bufs);
           dst = view(spec, bufs, env, storages, in);
         }
         cuda->copy(r, dst, rc.stream);
@@ -865,8 +870,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
   if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   RunMemory rm;
-  if (m.cuda && !m.memory.empty()) m.place_run_memory(env, rc, rm);
-  Allocator& alloc = Allocator::global();
+  if (m.cuda && !m.memory.empty()) m.place_run_memory(rc, rm);
   const bool prof = m.profiling.load(std::memory_order_relaxed);
   if (prof) m.profiled_runs.fetch_add(1, std::memory_order_relaxed);
   for (size_t si = 0; si < m.steps.size(); ++si) {
@@ -876,24 +880,14 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
     switch (s.kind) {
       case StepOp::Alloc: {
         const detail::Place place = m.memory.place(s.index);
-        void* p = nullptr;
         if (place == detail::Place::Arena || place == detail::Place::Small) {
           const bool arena = place == detail::Place::Arena;
-          p = arena ? rm.arena_base + rm.offsets[s.index]
-                    : rm.small_base + m.memory.small_offset(s.index);
+          void* p = (arena ? rm.arena_base : rm.small_base) + m.memory.offset(s.index);
           storages[s.index] = std::shared_ptr<void>(arena ? rm.arena : rm.small, p);
           for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
-          break;
-        }
-        int64_t bytes = eval_size(m.storage_bytes[s.index], env, m.code.data());
-        size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 0));
-        if (m.cuda) {
-          storages[s.index] = m.cuda->allocate(n, rc, &p);
         } else {
-          storages[s.index] = alloc.allocate(n);
-          p = storages[s.index].get();
+          m.allocate_own(s.index, env, rc, storages, bufs);
         }
-        for (BufferId b : m.storage_buffers[s.index]) bufs[b] = p;
         break;
       }
       case StepOp::Free:

@@ -37,8 +37,7 @@ class Fuser {
     // The prefix starts every kernel's name, a C identifier in the generated code.
     for (char c : options.kernel_prefix)
       COIL_USER_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '_')
-          << "kernel_prefix must be letters, digits and '_', got '" << options.kernel_prefix
-          << "'";
+          << "kernel_prefix must be letters, digits and '_', got '" << options.kernel_prefix << "'";
   }
 
   void run(Schedule& out) {

@@ -41,3 +41,27 @@ def test_dump_of_failed_host_compile(tmp_path):
     assert {"02_loop_program.txt", "05_kernels.cpp", "compile_error.txt"} <= names
     assert "host C++ compilation failed" in (d / "compile_error.txt").read_text()
     assert "whole graph ran eagerly" in (d / "fallbacks.txt").read_text()
+
+
+def test_profile_report_sums_host_time_per_step_kind():
+    # coil.set_profiling times every runtime step; the report gives each graph's host time per
+    # kind of step (allocations included) and the slowest kernel and extern steps.
+    import coil
+
+    torch._dynamo.reset()
+    cf = torch.compile(lambda x, w: torch.softmax(x @ w, -1) + 1, backend="coil",
+                       options={"strict": True})
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    cf(x, w)
+    coil.set_profiling(True)
+    try:
+        for _ in range(3):
+            cf(x, w)
+    finally:
+        coil.set_profiling(False)
+    report = coil.profile_report(5)
+    head = next(line for line in report.splitlines() if "run(s)" in line)
+    assert "3 run(s)" in head, report
+    assert " alloc " in head and " kernel " in head and " extern " in head, report
+    steps = [line for line in report.splitlines() if line.startswith("  ")]
+    assert steps and all(("kernel" in s or "extern" in s) for s in steps), report

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -57,28 +56,19 @@ class DeviceMemoryPlan {
   static constexpr int64_t kSmallOutputBytes = 64 << 10;
   static constexpr int64_t kArenaMaxBytes = 1 << 20;
 
+  // Both blocks hold only storages of constant size, so their layout is fixed here.
   void build(const std::vector<StorageUse>& uses);
-  bool empty() const { return arena_.empty() && small_bytes_ == 0; }
+  bool empty() const { return arena_bytes_ == 0 && small_bytes_ == 0; }
   Place place(int s) const { return place_.empty() ? Place::Own : place_[s]; }
-  const std::vector<int>& arena_storages() const { return arena_; }
+  int64_t arena_bytes() const { return arena_bytes_; }
   int64_t small_bytes() const { return small_bytes_; }
-  int64_t small_offset(int s) const { return small_offsets_[s]; }
-  // Per storage the arena offset (arena storages only) for these sizes of the arena's
-  // storages (in arena_storages() order); returns the arena's bytes. Memoizes the last sizes.
-  int64_t arena_offsets(const std::vector<int64_t>& bytes, std::vector<int64_t>* offsets) const;
+  // The storage's offset in its block (Arena and Small storages only).
+  int64_t offset(int s) const { return offsets_[s]; }
 
  private:
   std::vector<Place> place_;
-  std::vector<int> arena_;
-  std::vector<PackItem> arena_items_;
-  std::vector<int64_t> small_offsets_;
-  int64_t small_bytes_ = 0;
-  struct Layout {
-    std::vector<int64_t> bytes, offsets;
-    int64_t total = 0;
-  };
-  mutable std::mutex mu_;
-  mutable Layout last_;
+  std::vector<int64_t> offsets_;
+  int64_t arena_bytes_ = 0, small_bytes_ = 0;
 };
 
 }  // namespace coil::runtime::detail

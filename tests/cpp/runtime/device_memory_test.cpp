@@ -84,14 +84,11 @@ TEST(DeviceMemoryPlan, PlacesStoragesBySizeAndLifetime) {
   EXPECT_EQ(plan.place(4), Place::Own);
   EXPECT_EQ(plan.place(5), Place::Deferred);
   EXPECT_EQ(plan.place(6), Place::Small);
-  EXPECT_EQ(plan.arena_storages(), std::vector<int>{0});
-  EXPECT_EQ(plan.small_offset(2), 0);
-  EXPECT_EQ(plan.small_offset(6), DeviceMemoryPlan::kAlign * 2);
+  EXPECT_EQ(plan.offset(0), 0);
+  EXPECT_EQ(plan.arena_bytes(), 4096);
+  EXPECT_EQ(plan.offset(2), 0);
+  EXPECT_EQ(plan.offset(6), DeviceMemoryPlan::kAlign * 2);
   EXPECT_EQ(plan.small_bytes(), DeviceMemoryPlan::kAlign * 6);
-  std::vector<int64_t> offsets(7, -1);
-  EXPECT_EQ(plan.arena_offsets({4096}, &offsets), 4096);
-  EXPECT_EQ(offsets[0], 0);
-  EXPECT_EQ(offsets[1], -1);  // only the arena's storages are written
 }
 
 }  // namespace
