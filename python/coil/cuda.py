@@ -45,7 +45,8 @@ def allow_tf32() -> bool:
 
 def compile_options() -> dict[str, Any]:
     """CompileOptions fields that a CUDA graph takes from PyTorch's state at compile time."""
-    return {"cuda_nvrtc_path": nvrtc_path(), "cuda_allow_tf32": allow_tf32()}
+    return {"cuda_nvrtc_path": nvrtc_path(), "cuda_allow_tf32": allow_tf32(),
+            "cuda_conv_allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def _allocate(nbytes: int) -> torch.Tensor:

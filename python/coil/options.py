@@ -38,6 +38,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "seed": int,
     "cuda_nvrtc_path": str,
     "cuda_allow_tf32": bool,
+    "cuda_conv_allow_tf32": bool,
     "cuda_autotune": bool,
     "cuda_compile_jobs": int,
     "cuda_online_softmax": bool,

@@ -15,6 +15,7 @@
 #include "coil/runtime/device_memory.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
+#include "cuda_conv.h"
 #include "cuda_matmul.h"
 #include "cuda_steps.h"
 #include "element.h"
@@ -146,7 +147,8 @@ struct Program::Impl {
   std::optional<CudaKernels> pending_cuda;  // consumed by init()
   std::unique_ptr<detail::CudaSteps> cuda;
   int num_size_symbols = 0;
-  bool allow_tf32 = false;  // CompileOptions::cuda_allow_tf32, for float32 cuBLASLt products
+  bool allow_tf32 = false;      // CompileOptions::cuda_allow_tf32, for float32 cuBLASLt products
+  bool conv_allow_tf32 = true;  // CompileOptions::cuda_conv_allow_tf32, for cuDNN
   // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
   mutable std::atomic<bool> profiling{false};
   mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;
@@ -232,6 +234,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   m.num_buffers = static_cast<int>(program.buffers.size());
   m.rng_state = program.rng_state;
   m.allow_tf32 = options.cuda_allow_tf32;
+  m.conv_allow_tf32 = options.cuda_conv_allow_tf32;
   if (options.seed >= 0) {
     m.seed = static_cast<uint64_t>(options.seed);
   } else {
@@ -448,11 +451,26 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
           break;
       }
       // The library kernels run on host memory; on the GPU matmuls go to cuBLASLt and the
-      // host (ATen) runs the other externs.
+      // host (ATen) runs the other externs, but convolutions go to cuDNN (cuda_conv.h).
       if (m.device == Device::CUDA) {
-        bool mm = node->kind == ExternKind::Mm || node->kind == ExternKind::Bmm ||
-                  node->kind == ExternKind::Addmm;
-        library_ok = library_ok && mm && backend::cuda::cublaslt_unavailable_reason().empty();
+        const bool mm = node->kind == ExternKind::Mm || node->kind == ExternKind::Bmm ||
+                        node->kind == ExternKind::Addmm;
+        const bool backward = node->kind == ExternKind::ConvolutionBackward;
+        if (mm) {
+          library_ok = library_ok && backend::cuda::cublaslt_unavailable_reason().empty();
+        } else if (node->kind == ExternKind::Convolution || backward) {
+          // (library_ok: the CPU library could run it, so its inputs and call.conv are sound.)
+          if (library_ok) {
+            const ViewSpec& x = call.inputs[backward ? 1 : 0];
+            library_ok =
+                !call.outputs.empty() &&
+                detail::cudnn_conv_supported(
+                    backward, x.dtype, static_cast<int>(x.sizes.size()), call.inputs.size(),
+                    call.conv, backward ? &node->ints[node->ints.size() - 3] : nullptr);
+          }
+        } else {
+          library_ok = false;
+        }
       }
       call.host_ok = host_ok;
       COIL_USER_CHECK(library_ok || host_ok)
@@ -467,7 +485,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         call.provider = Provider::Library;
       } else if (!library_ok || provider == "host") {
         call.provider = Provider::Host;
-      } else if (provider == "library" || is_matmul) {
+      } else if (provider == "library" || is_matmul || m.device == Device::CUDA) {
         call.provider = Provider::Library;
       } else {
         call.provider = Provider::Host;
@@ -689,9 +707,19 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   ins.reserve(call.inputs.size());
   for (const auto& v : call.inputs) ins.push_back(view(v, bufs, env, storages, in));
   if (call.provider == Provider::Library && cuda) {
-    RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
     std::string why;
-    if (cuda_matmul(call, ins, out, rc, &why)) return;
+    if (call.kind == ExternKind::Convolution || call.kind == ExternKind::ConvolutionBackward) {
+      std::vector<RuntimeTensor> outs;
+      for (const auto& v : call.outputs) outs.push_back(view(v, bufs, env, storages, in));
+      const bool backward = call.kind == ExternKind::ConvolutionBackward;
+      if (detail::run_cudnn_conv(backward, call.conv,
+                                 backward ? &call.ints[call.ints.size() - 3] : nullptr, ins, outs,
+                                 conv_allow_tf32, *cuda, rc, &why))
+        return;
+    } else {
+      RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
+      if (cuda_matmul(call, ins, out, rc, &why)) return;
+    }
     if (!call.host_ok)
       throw std::runtime_error("coil: cannot run " + call.op + " on the GPU: " + why);
   }

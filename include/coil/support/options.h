@@ -29,6 +29,7 @@ namespace coil {
   X(int64_t, seed, -1, false)                    /* rand/randn base seed; -1: nondeterministic */ \
   X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
   X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
+  X(bool, cuda_conv_allow_tf32, true, false)     /* fp32 convs may use TF32 (cudnn.allow_tf32) */ \
   X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */    \
   X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
   X(bool, cuda_online_softmax, false, true)      /* softmax's max and sum in one pass */          \

@@ -1,0 +1,175 @@
+"""Convolutions on the GPU through cuDNN called from C++ (src/backend/cuda/cudnn.cpp).
+
+Each case compiles a graph holding one aten.convolution (or convolution_backward), checks the
+program runs it on the library (no host round trip through ATen) and compares the result with
+eager PyTorch: 1-d and 2-d, strides, padding, dilation, groups, contiguous and channels-last
+layouts, float32 (TF32 off on both sides), bfloat16 and float16. A convolution with a bias (or
+asked for the bias gradient) stays on the host and must still be right.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+C = pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+
+pytestmark = pytest.mark.gpu
+
+_DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+    torch.float16: dict(rtol=5e-3, atol=5e-3),
+}
+
+# name: (input sizes, weight sizes, stride, padding, dilation, groups, channels_last)
+CASES = {
+    "3x3_channels_last": ((8, 32, 20, 20), (64, 32, 3, 3), 1, 1, 1, 1, True),
+    "1x1_stride2": ((4, 64, 14, 14), (32, 64, 1, 1), 2, 0, 1, 1, False),
+    "stem_7x7_three_channels": ((4, 3, 32, 32), (16, 3, 7, 7), 2, 3, 1, 1, True),
+    "grouped_dilated": ((2, 16, 17, 15), (24, 4, 3, 3), 1, 2, 2, 4, False),
+    "conv1d": ((4, 8, 50), (16, 8, 5), 1, 2, 1, 1, False),
+}
+
+
+def _need_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import coil.cuda as cc
+
+    why = cc.unavailable_reason(C, cc.compile_options())
+    if why:
+        pytest.skip(why)
+    return cc
+
+
+def _ty(t: torch.Tensor) -> str:
+    sizes = ", ".join(map(str, t.shape))
+    strides = ", ".join(map(str, t.stride()))
+    return f"{_DT[t.dtype]}[{sizes}]{{{strides}}}@cuda"
+
+
+def _lists(nd, stride, padding, dilation):
+    def rep(v):
+        return "[" + ", ".join([str(v)] * nd) + "]"
+
+    return f"{rep(stride)}, {rep(padding)}, {rep(dilation)}, false, {rep(0)}"
+
+
+def _make(case, dtype):
+    xs, ws, stride, padding, dilation, groups, cl = CASES[case]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    fan_in = ws[1] * int(torch.tensor(ws[2:]).prod())
+    x = torch.randn(xs, generator=g, device="cuda").to(dtype)
+    w = (torch.randn(ws, generator=g, device="cuda") / fan_in**0.5).to(dtype)
+    if cl and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+        w = w.contiguous(memory_format=torch.channels_last)
+    return x, w, stride, padding, dilation, groups
+
+
+def _reference_conv(x, w, stride, padding, dilation, groups, bias=None):
+    nd = x.dim() - 2
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        return torch.ops.aten.convolution.default(x, w, bias, [stride] * nd, [padding] * nd,
+                                                  [dilation] * nd, False, [0] * nd, groups)
+
+
+def _compile(cc, text):
+    g = C.compile(text, {"cache_dir": "", **cc.compile_options(), "cuda_conv_allow_tf32": False},
+                  None)
+    return g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_convolution_forward_on_cudnn(case, dtype):
+    cc = _need_gpu()
+    x, w, stride, padding, dilation, groups = _make(case, dtype)
+    want = _reference_conv(x, w, stride, padding, dilation, groups)
+    nd = x.dim() - 2
+    text = (f"graph(%0: {_ty(x)}, %1: {_ty(w)}):\n"
+            f"  %2: {_ty(want)} = aten.convolution.default(%0, %1, None, "
+            f"{_lists(nd, stride, padding, dilation)}, {groups})\n"
+            f"  return (%2)\n")
+    g = _compile(cc, text)
+    assert "extern convolution aten.convolution.default (library)" in g.describe(), g.describe()
+    (got,) = g.run([x, w], **cc.run_kwargs())
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_convolution_backward_on_cudnn(case, dtype):
+    cc = _need_gpu()
+    x, w, stride, padding, dilation, groups = _make(case, dtype)
+    y = _reference_conv(x, w, stride, padding, dilation, groups)
+    dy = torch.randn(y.shape, device="cuda").to(dtype).contiguous(
+        memory_format=torch.channels_last if y.is_contiguous(
+            memory_format=torch.channels_last) and y.dim() == 4 else torch.contiguous_format)
+    nd = x.dim() - 2
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        dx, dw, _ = torch.ops.aten.convolution_backward.default(
+            dy, x, w, [0], [stride] * nd, [padding] * nd, [dilation] * nd, False, [0] * nd,
+            groups, [True, True, False])
+    text = (f"graph(%0: {_ty(dy)}, %1: {_ty(x)}, %2: {_ty(w)}):\n"
+            f"  %3: {_ty(dx)}, %4: {_ty(dw)} = aten.convolution_backward.default(%0, %1, %2, [0], "
+            f"{_lists(nd, stride, padding, dilation)}, {groups}, [true, true, false])\n"
+            f"  return (%3, %4)\n")
+    g = _compile(cc, text)
+    assert "aten.convolution_backward.default (library)" in g.describe(), g.describe()
+    got_dx, got_dw = g.run([dy, x, w], **cc.run_kwargs())
+    if dtype == torch.float32:
+        torch.testing.assert_close(got_dx, dx, **TOL[dtype])
+        torch.testing.assert_close(got_dw, dw, rtol=1e-3, atol=1e-3)
+        return
+    # bfloat16: the weight gradient sums thousands of products and two engines round it
+    # differently; each gradient must be as close to the float32 result as eager's is.
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        dx32, dw32, _ = torch.ops.aten.convolution_backward.default(
+            dy.float(), x.float(), w.float(), [0], [stride] * nd, [padding] * nd,
+            [dilation] * nd, False, [0] * nd, groups, [True, True, False])
+    for name, got, eager, exact in (("dx", got_dx, dx, dx32), ("dw", got_dw, dw, dw32)):
+        err = (got.float() - exact).abs().max().item()
+        eager_err = (eager.float() - exact).abs().max().item()
+        scale = exact.abs().max().item()
+        assert err <= 2 * eager_err + 1e-2 * scale, (name, err, eager_err, scale)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_small_cnn_training_step_matches_eager(channels_last):
+    """Through torch.compile: convolutions with a bias (host: ATen) and without one (cuDNN from
+    C++), forward and backward, against eager with TF32 off on both sides."""
+    _need_gpu()
+    import coil
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(), torch.nn.Conv2d(32, 8, 1, bias=False)).cuda()
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    ref = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        torch._dynamo.reset()
+        coil.reset_report()
+        compiled = torch.compile(model, backend="coil", options={"strict": True})
+        out = compiled(x)
+        out.square().sum().backward()
+        rep = coil.report()
+        assert rep.graphs_compiled >= 2 and not rep.graphs_fallen_back, str(rep)
+        got = [p.grad.clone() for p in model.parameters()]
+        for p in model.parameters():
+            p.grad = None
+        model.train()
+        want_out = torch.func.functional_call(
+            model, dict(zip([n for n, _ in model.named_parameters()], ref)), (x,))
+        want_out.square().sum().backward()
+    torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-4)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r.grad, rtol=1e-3, atol=1e-3)
