@@ -41,6 +41,7 @@ from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph, run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
+from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
 
 log = logging.getLogger("coil")
@@ -387,6 +388,11 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         wrapped = disable(fn)
         wrapped._boxed_call = getattr(fn, "_boxed_call", False)
         return wrapped
+
+    if opts.log_softmax_via_logsumexp and is_training(gm, example_inputs):
+        n = rewrite_log_softmax(gm)
+        if n:
+            log.debug("coil: %d log_softmax/cross_entropy call(s) as x - logsumexp(x)", n)
 
     compiled = aot_module_simplified(
         gm,

@@ -61,7 +61,8 @@ def _compile_option_fields() -> dict[str, type]:
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
-                                         "cuda_graphs": bool, "cse": bool, "recompute": bool}
+                                         "cuda_graphs": bool, "cse": bool, "recompute": bool,
+                                         "log_softmax_via_logsumexp": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -108,6 +109,10 @@ class CoilOptions:
     # it made GPT-2 training slower (27.1 -> 29.8 ms) and its peak memory larger (6311 ->
     # 7873 MiB); docs/decisions.md.
     recompute: bool = False
+    # Training graphs compute float32 log_softmax / cross_entropy as x - logsumexp(x), so the
+    # backward saves the logits and a value per row, not the log-probabilities
+    # (log_softmax_rewrite.py).
+    log_softmax_via_logsumexp: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -149,6 +154,7 @@ def build_options(
     extra: dict[str, Any] = {}
     channels_last = graphs = cse = True
     recompute = False
+    lse = True
     if env.get("COIL_CXX"):
         extra["cxx"] = env["COIL_CXX"]
     rh = _default_runtime_headers_dir()
@@ -176,6 +182,8 @@ def build_options(
             cse = v
         elif name == "recompute":
             recompute = v
+        elif name == "log_softmax_via_logsumexp":
+            lse = v
         else:
             extra[name] = v
     return CoilOptions(
@@ -187,5 +195,6 @@ def build_options(
         cuda_graphs=graphs,
         cse=cse,
         recompute=recompute,
+        log_softmax_via_logsumexp=lse,
         extra=tuple(sorted(extra.items())),
     )
