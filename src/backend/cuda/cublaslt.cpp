@@ -1,7 +1,5 @@
 #include "coil/backend/cuda/cublaslt.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -9,6 +7,7 @@
 #include <stdexcept>
 
 #include "coil/backend/cuda/driver.h"
+#include "dynamic_library.h"
 
 namespace coil::backend::cuda {
 namespace {
@@ -80,19 +79,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 Lt& lt() {
   static Lt* l = [] {
     auto* r = new Lt();  // never destroyed (process lifetime, as the library)
-    void* lib = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (lib) break;
-    }
-    if (!lib) {
-      r->why = "libcublasLt not found";
-      return r;
-    }
-    auto bind = [&](auto& f, const char* name) {
-      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
-      if (!f) r->why = std::string("libcublasLt has no ") + name;
-    };
+    detail::DynamicLibrary lib({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"},
+                               "libcublasLt not found");
+    auto bind = [&](auto& f, const char* name) { lib.bind(f, name); };
     bind(r->create, "cublasLtCreate");
     bind(r->desc_create, "cublasLtMatmulDescCreate");
     bind(r->desc_destroy, "cublasLtMatmulDescDestroy");
@@ -105,6 +94,7 @@ Lt& lt() {
     bind(r->pref_set, "cublasLtMatmulPreferenceSetAttribute");
     bind(r->heuristic, "cublasLtMatmulAlgoGetHeuristic");
     bind(r->matmul, "cublasLtMatmul");
+    r->why = lib.why;
     if (!r->why.empty()) return r;
     if (r->create(&r->handle) != 0) {
       r->why = "cublasLtCreate failed";

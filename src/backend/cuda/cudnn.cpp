@@ -1,7 +1,5 @@
 #include "coil/backend/cuda/cudnn.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -9,6 +7,7 @@
 #include <stdexcept>
 
 #include "coil/backend/cuda/driver.h"
+#include "dynamic_library.h"
 
 namespace coil::backend::cuda {
 namespace {
@@ -105,19 +104,8 @@ struct Api {
 const Api& api() {
   static const Api* a = [] {
     auto* r = new Api();  // never destroyed (process lifetime, as the library)
-    void* lib = nullptr;
-    for (const char* name : {"libcudnn.so.9", "libcudnn.so"}) {
-      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (lib) break;
-    }
-    if (!lib) {
-      r->why = "libcudnn.so.9 not found";
-      return r;
-    }
-    auto bind = [&](auto& f, const char* name) {
-      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(lib, name));
-      if (!f && r->why.empty()) r->why = std::string("libcudnn has no ") + name;
-    };
+    detail::DynamicLibrary lib({"libcudnn.so.9", "libcudnn.so"}, "libcudnn.so.9 not found");
+    auto bind = [&](auto& f, const char* name) { lib.bind(f, name); };
     bind(r->create, "cudnnCreate");
     bind(r->set_stream, "cudnnSetStream");
     bind(r->version, "cudnnGetVersion");
@@ -128,6 +116,7 @@ const Api& api() {
     bind(r->set, "cudnnBackendSetAttribute");
     bind(r->get, "cudnnBackendGetAttribute");
     bind(r->execute, "cudnnBackendExecute");
+    r->why = lib.why;
     if (r->why.empty() && r->version() < 90000)
       r->why = "cuDNN " + std::to_string(r->version()) + " is older than 9";
     return r;
