@@ -186,7 +186,8 @@ class CoilGraphFn:
     _boxed_call = True
 
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
-                 options: CoilOptions, on_cuda: bool = False, replay: bool = False):
+                 options: CoilOptions, on_cuda: bool = False, replay: bool = False,
+                 consume: bool = False):
         self.name = name
         self.on_cuda = on_cuda
         self.gm = gm
@@ -196,6 +197,14 @@ class CoilGraphFn:
         self.eager: Callable | None = None
         # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
         self.replayer = GraphReplayer(name, self._run_on_stream) if replay else None
+        # Backward graphs take their inputs over (InputRelease) from the second call on: a
+        # failure of the first call still falls back to eager with the inputs at hand.
+        self.consume = consume and not replay
+        self.calls = 0
+        # The runtime args the outputs are rebuilt from (ExportedGraph.output_spec): kept.
+        self.args_for_outputs = frozenset(v if k == "input" else v[1]
+                                          for k, v in exported.output_spec
+                                          if k in ("input", "view"))
         # In the instance dict too, so that wrappers made with functools.wraps (Dynamo's
         # disable) carry it over.
         self._boxed_call = True
@@ -207,21 +216,30 @@ class CoilGraphFn:
         inputs = [_runtime_tensor(args[i]) for i in ex.input_indices]
         inputs.extend(ex.constants)
         env = None
+        release = None
+        if self.consume and self.calls > 0 and isinstance(args, list):
+            release = InputRelease(args, self.args_for_outputs, inputs)
+        self.calls += 1
         try:
             if ex.binder is not None:
                 # Symbolic sizes (sym_bind.py): this call's symbol values, carrier inputs.
                 env = ex.binder.env(args)
                 inputs.extend(ex.binder.carrier_tensors(env))
                 ex.call_env.env = env
-            run = self.replayer or self._run_on_stream
+            run = self.replayer or functools.partial(self._run_on_stream, release=release)
             try:
                 outs = run(inputs)
             except RuntimeError as e:
                 # A tensor laid out otherwise than traced (another coil graph returned a copy
                 # where the trace had a view): copy it into the traced strides and retry.
-                fixed = ex.relayout_inputs(inputs, args, env)
-                if fixed is None or type(e).__name__ != "InputMismatchError":
+                # (The input checks failed, so nothing was released.)
+                if type(e).__name__ != "InputMismatchError":
                     raise
+                fixed = ex.relayout_inputs(inputs, args, env)
+                if fixed is None:
+                    raise
+                if release is not None:
+                    release.lists.append(fixed)
                 outs = run(fixed)
             if len(outs) != ex.num_tensor_outputs:
                 raise RuntimeError(
@@ -231,15 +249,45 @@ class CoilGraphFn:
         except Exception as e:
             if self.options.strict:
                 raise
-            # Graphs are functional (no input mutation inside), so re-running eagerly is safe.
+            # Graphs are functional (no input mutation inside), so re-running eagerly is safe,
+            # as long as the inputs are still there.
             _note_fallback(self.name, f"run failed: {_one_line(e)}")
             self.eager = _eager(self.gm)
+            if release is not None and release.done:
+                raise RuntimeError(f"coil: graph {self.name} failed after it released its "
+                                   f"inputs, so it cannot be re-run eagerly: {_one_line(e)} "
+                                   "(later calls run eagerly; the option "
+                                   "free_backward_inputs=False keeps the inputs)") from e
             return self.eager(args)
 
 
-    def _run_on_stream(self, inputs: list) -> list:
+    def _run_on_stream(self, inputs: list, release: InputRelease | None = None) -> list:
         # The current stream at each call (a CUDA graph capture runs on its own).
-        return self.compiled.run(inputs, **(coil_cuda.run_kwargs() if self.on_cuda else {}))
+        kwargs = coil_cuda.run_kwargs() if self.on_cuda else {}
+        if release is not None:
+            kwargs["checked"] = release
+        return self.compiled.run(inputs, **kwargs)
+
+
+class InputRelease:
+    """checked() of a run that takes its inputs over (CompiledGraph.run): once the inputs
+    passed coil's checks it empties the glue's lists of them and the caller's `args` but for
+    the positions the outputs are rebuilt from. AOTAutograd hands a backward graph the saved
+    activations in `args` and keeps no other reference (it steals the list, as Inductor's
+    compiled graphs do), so the run's own references are then the last ones and each
+    activation is freed after its last reader."""
+
+    def __init__(self, args: list, keep: frozenset[int], *lists: list):
+        self.args, self.keep, self.lists = args, keep, list(lists)
+        self.done = False
+
+    def __call__(self) -> None:
+        for lst in self.lists:
+            lst.clear()
+        for i in range(len(self.args)):
+            if i not in self.keep:
+                self.args[i] = None
+        self.done = True
 
 
 def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions, kind: str,
@@ -329,7 +377,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         replay = not blocker
         if blocker:
             dump.note(f"no CUDA graph: {blocker}")
-    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay)
+    consume = kind == "backward" and options.free_backward_inputs
+    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay, consume)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:

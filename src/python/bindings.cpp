@@ -338,7 +338,8 @@ NB_MODULE(_coil, m) {
   nb::class_<runtime::CompiledGraph>(m, "CompiledGraph")
       .def(
           "run",
-          [](runtime::CompiledGraph& g, nb::handle inputs, uintptr_t stream, nb::object alloc) {
+          [](runtime::CompiledGraph& g, nb::handle inputs, uintptr_t stream, nb::object alloc,
+             nb::object checked) {
             std::vector<runtime::RuntimeTensor> ins;
             ins.reserve(nb::len(inputs));
             size_t i = 0;
@@ -346,14 +347,24 @@ NB_MODULE(_coil, m) {
             runtime::RunContext ctx;
             ctx.stream = reinterpret_cast<void*>(stream);
             if (!alloc.is_none()) ctx.allocate = make_allocator(std::move(alloc));
-            std::vector<runtime::RuntimeTensor> outs = g.run(ins, ctx);
+            std::vector<runtime::RuntimeTensor> outs;
+            if (checked.is_none()) {
+              outs = g.run(ins, ctx);
+            } else {
+              // The GIL stays held for the whole run, so the callback may touch Python objects.
+              outs = g.run_consuming(std::move(ins), ctx, [&checked] { checked(); });
+            }
             nb::list result;
             for (auto& t : outs) result.append(to_torch(std::move(t)));
             return result;
           },
           "inputs"_a, "stream"_a = 0, "alloc"_a.none() = nb::none(),
+          "checked"_a.none() = nb::none(),
           "Runs the graph: one torch tensor per graph input; returns the outputs. CUDA graphs\n"
-          "run on `stream` (a CUstream as int) and allocate through alloc(nbytes) -> tensor.")
+          "run on `stream` (a CUstream as int) and allocate through alloc(nbytes) -> tensor.\n"
+          "With `checked`, the run takes the inputs over: checked() is called once they passed\n"
+          "the input checks (drop the caller's references to them there) and each input is\n"
+          "dropped after its last reader, so its memory can hold later results.")
       .def_prop_ro("artifacts",
                    [](const runtime::CompiledGraph& g) { return artifacts_dict(g.artifacts()); })
       .def_prop_ro(

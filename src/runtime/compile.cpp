@@ -40,6 +40,10 @@ class ProgramGraph final : public CompiledGraph {
                                  const RunContext& ctx) override {
     return program_->run(inputs, ctx);
   }
+  std::vector<RuntimeTensor> run_consuming(std::vector<RuntimeTensor> inputs, const RunContext& ctx,
+                                           const std::function<void()>& checked) override {
+    return program_->run_consuming(std::move(inputs), ctx, checked);
+  }
   Device device() const override { return program_->device(); }
   const CompileArtifacts& artifacts() const override { return artifacts_; }
   const Program* program() const override { return program_.get(); }

@@ -82,8 +82,8 @@ struct ExternCall {
 };
 
 struct StepOp {
-  enum Kind : uint8_t { Alloc, Free, Kernel, Extern } kind;
-  int index;  // storage id, kernel index, or extern index
+  enum Kind : uint8_t { Alloc, Free, Kernel, Extern, Release } kind;
+  int index;  // storage id, kernel index, extern index, or input position
 };
 
 // The blocks of one run.
@@ -363,6 +363,15 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   for (size_t s = 0; s < allocated.size(); ++s)  // used but never planned: allocate up front
     if (!allocated[s] && !m.storage_buffers[s].empty())
       m.steps.push_back({StepOp::Alloc, static_cast<int>(s)});
+  // Inputs no step reads are released before the first step, the others after their last
+  // reader (run_consuming; outputs that alias an input keep it).
+  const bool releases = mem.input_last_read.size() == program.inputs.size();
+  auto release_after = [&](int step) {
+    if (!releases) return;
+    for (size_t p = 0; p < program.inputs.size(); ++p)
+      if (mem.input_last_read[p] == step) m.steps.push_back({StepOp::Release, static_cast<int>(p)});
+  };
+  release_after(-1);
   std::unordered_set<int> deferred;
   const std::string provider = options.extern_provider;
   COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library")
@@ -505,6 +514,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
     }
     for (int s : mem.free_after[i])
       if (!output_storages.count(s)) m.steps.push_back({StepOp::Free, s});
+    release_after(static_cast<int>(i));
   }
   if (m.pending_cuda) {
     m.cuda = std::make_unique<detail::CudaSteps>(std::move(*m.pending_cuda), sc, options);
@@ -605,6 +615,9 @@ std::string Program::describe() const {
         break;
       case StepOp::Kernel:
         out << "kernel " << m.kernel_names[s.index] << "\n";
+        break;
+      case StepOp::Release:
+        out << "release input" << s.index << "\n";
         break;
       case StepOp::Extern: {
         const ExternCall& c = m.externs[s.index];
@@ -831,6 +844,19 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
 
 std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
                                         const RunContext& rc) const {
+  return run_steps(in, nullptr, rc, nullptr);
+}
+
+std::vector<RuntimeTensor> Program::run_consuming(std::vector<RuntimeTensor> inputs,
+                                                  const RunContext& rc,
+                                                  const std::function<void()>& checked) const {
+  return run_steps(inputs, &inputs, rc, &checked);
+}
+
+std::vector<RuntimeTensor> Program::run_steps(const std::vector<RuntimeTensor>& in,
+                                              std::vector<RuntimeTensor>* owned,
+                                              const RunContext& rc,
+                                              const std::function<void()>* checked) const {
   const Impl& m = *impl_;
   if (in.size() != m.inputs.size())
     throw InputMismatchError("coil: expected " + std::to_string(m.inputs.size()) + " inputs, got " +
@@ -883,6 +909,7 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
                             ", compiled for " + c.text + " = " + std::to_string(want) + " (sizes " +
                             dims_text(t.sizes) + ", strides " + dims_text(t.strides) + ")");
   }
+  if (checked && *checked) (*checked)();
   // Buffers.
   std::vector<void*> bufs(m.num_buffers, nullptr);
   for (const auto& [b, p] : m.input_buffers) bufs[b] = in[p].data;
@@ -930,6 +957,9 @@ std::vector<RuntimeTensor> Program::run(const std::vector<RuntimeTensor>& in,
         break;
       case StepOp::Extern:
         m.run_extern(m.externs[s.index], bufs, env, storages, in, rc, rm);
+        break;
+      case StepOp::Release:
+        if (owned) (*owned)[s.index].owner.reset();
         break;
     }
     if (prof) {

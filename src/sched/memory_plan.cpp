@@ -1,6 +1,7 @@
 // Memory planning: one storage per materialized intermediate buffer, allocated before its first
 // writer, released after its last reader, and reused for a later buffer of provably equal byte
-// size. Graph outputs (and the storages their views alias) are never released or reused.
+// size. Graph outputs (and the storages their views alias) are never released or reused. Each
+// graph input's last reader is recorded too, for runs that may drop inputs early.
 #include <algorithm>
 
 #include "coil/support/error.h"
@@ -84,6 +85,10 @@ MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& 
     for (BufferId b : release_at[t]) pool.push_back({m.buffer_storage[b], static_cast<int>(t)});
   }
   for (const Free& f : pool) m.free_after[f.released_after].push_back(f.storage);
+  for (BufferId in : p.inputs) {
+    const BufferId root = storage_root(p, in);
+    m.input_last_read.push_back(pinned[root] ? MemoryPlan::kInputOutlives : last_use[root]);
+  }
   for (auto& v : m.free_after) std::sort(v.begin(), v.end());
   return m;
 }

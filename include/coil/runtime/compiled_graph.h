@@ -72,6 +72,18 @@ class CompiledGraph {
                                          const RunContext& ctx) {
     return run(inputs);
   }
+  // Like run(), taking the inputs over: `checked` is called once the inputs passed the checks
+  // (the caller drops its own references to them there, so an InputMismatchError still leaves
+  // them with the caller), and the run drops each input after the last step that reads it, so
+  // the input's memory can hold later results: a backward graph's saved activations die as
+  // they are used instead of all at the end.
+  virtual std::vector<RuntimeTensor> run_consuming(std::vector<RuntimeTensor> inputs,
+                                                   const RunContext& ctx,
+                                                   const std::function<void()>& checked) {
+    std::vector<RuntimeTensor> out = run(inputs, ctx);
+    if (checked) checked();
+    return out;
+  }
   // Where the graph runs (its inputs' device).
   virtual Device device() const { return Device::CPU; }
   virtual const CompileArtifacts& artifacts() const = 0;

@@ -5,6 +5,8 @@
 //   Kernel(fn)              call a generated kernel: fn(bufs, sizes)
 //   Extern(call)            a library kernel (extern_kernels.h) or the host fallback
 //   Free(storage)           drop the run's reference to a storage (outputs keep theirs)
+//   Release(input)          after the input's last reader: drop it, in runs that own their
+//                           inputs (run_consuming); a no-op in run()
 //
 // Per call, run() checks the inputs against the compile-time metas (count, dtype, rank, sizes
 // and strides: constants must match, size symbols are bound from the first input dim that
@@ -20,6 +22,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,6 +67,10 @@ class Program {
 
   std::vector<RuntimeTensor> run(const std::vector<RuntimeTensor>& inputs,
                                  const RunContext& ctx = {}) const;
+  // run() owning its inputs (CompiledGraph::run_consuming): `checked` once they passed the
+  // checks, then each is dropped at its Release step.
+  std::vector<RuntimeTensor> run_consuming(std::vector<RuntimeTensor> inputs, const RunContext& ctx,
+                                           const std::function<void()>& checked) const;
   Device device() const;
 
   // The input whose storage output `k` views (graph outputs that alias an input), or -1.
@@ -87,6 +94,10 @@ class Program {
  private:
   void init(const loop::LoopProgram& program, const sched::Schedule& schedule,
             const CompileOptions& options);
+  // Both runs: `owned` is `in` itself where the run owns its inputs (Release drops them).
+  std::vector<RuntimeTensor> run_steps(const std::vector<RuntimeTensor>& in,
+                                       std::vector<RuntimeTensor>* owned, const RunContext& ctx,
+                                       const std::function<void()>* checked) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -18,9 +18,9 @@
 namespace coil::sched {
 
 struct KernelPlan {
-  std::string name;                       // "kernel0", stable
-  std::vector<int> steps;                 // indices into LoopProgram::steps (ComputeNodes)
-  std::vector<sym::Expr> outer_ranges;    // the shared outer iteration space
+  std::string name;                           // "kernel0", stable
+  std::vector<int> steps;                     // indices into LoopProgram::steps (ComputeNodes)
+  std::vector<sym::Expr> outer_ranges;        // the shared outer iteration space
   std::vector<loop::BufferId> local_buffers;  // not materialized: live inside the kernel only
 };
 
@@ -32,10 +32,15 @@ struct ScheduledStep {
 // Storage for materialized buffers. Inputs and Views have no storage of their own; a
 // kernel-local buffer has none at all.
 struct MemoryPlan {
-  std::vector<int> buffer_storage;        // per BufferId: storage id or -1
-  std::vector<sym::Expr> storage_bytes;   // per storage id
+  std::vector<int> buffer_storage;             // per BufferId: storage id or -1
+  std::vector<sym::Expr> storage_bytes;        // per storage id
   std::vector<std::vector<int>> alloc_before;  // per ScheduledStep: storages to allocate
   std::vector<std::vector<int>> free_after;    // per ScheduledStep: storages to release
+  // Per program input: the last ScheduledStep that reads it (-1: none does), or kInputOutlives
+  // where an output aliases it. A run that owns its inputs (a backward graph's saved
+  // activations) drops each one there, so its memory can hold later results.
+  static constexpr int kInputOutlives = -2;
+  std::vector<int> input_last_read;
 };
 
 struct Schedule {

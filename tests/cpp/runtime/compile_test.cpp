@@ -129,6 +129,79 @@ TEST(CompileGraph, FallbackFnAdoptsOrCopiesHostResults) {
   EXPECT_THROW(compile_graph(text, CompileOptions{}, nullptr), CompileError);
 }
 
+TEST(CompileGraph, RunConsumingDropsEachInputAfterItsLastReader) {
+  // %0 is last read by the kernel before the host op, %1 after it; output 1 aliases %1.
+  const char* text = R"(graph(%0: f32[4, 5], %1: f32[4, 5]):
+  %2: f32[4, 5] = aten.mul.Tensor(%0, 2.0)
+  %3: f32[4, 5] = aten.cumsum.default(%2, 1)
+  %4: f32[4, 5] = aten.add.Tensor(%3, %1)
+  return (%4, %1)
+)";
+  std::weak_ptr<void> x_alive, y_alive;
+  std::vector<bool> x_seen, y_seen;  // per fallback call: still alive?
+  FallbackFn fb = [&](int, const std::vector<RuntimeTensor>& ins) {
+    x_seen.push_back(!x_alive.expired());
+    y_seen.push_back(!y_alive.expired());
+    auto out = make_tensor<float>(DType::Float32, {4, 5});
+    for (int64_t r = 0; r < 4; ++r) {
+      float acc = 0;
+      for (int64_t c = 0; c < 5; ++c) at<float>(out, {r, c}) = acc += at<float>(ins[0], {r, c});
+    }
+    return std::vector<RuntimeTensor>{out};
+  };
+  auto g = compile_graph(text, CompileOptions{}, fb);
+  EXPECT_NE(g->program()->describe().find("release input0"), std::string::npos)
+      << g->program()->describe();
+  EXPECT_EQ(g->program()->describe().find("release input1"), std::string::npos)
+      << "an output aliases input 1";
+  std::vector<float> want(20);
+  auto make_inputs = [&] {
+    auto x = make_tensor<float>(DType::Float32, {4, 5});
+    auto y = make_tensor<float>(DType::Float32, {4, 5});
+    fill_random<float>(x, 7);
+    fill_random<float>(y, 8);
+    for (int64_t r = 0; r < 4; ++r) {
+      float acc = 0;
+      for (int64_t c = 0; c < 5; ++c)
+        want[r * 5 + c] = (acc += 2 * at<float>(x, {r, c})) + at<float>(y, {r, c});
+    }
+    x_alive = x.owner;
+    y_alive = y.owner;
+    return std::vector<RuntimeTensor>{std::move(x), std::move(y)};
+  };
+  auto check = [&](const std::vector<RuntimeTensor>& out) {
+    ASSERT_EQ(out.size(), 2u);
+    for (int64_t i = 0; i < 20; ++i)
+      EXPECT_NEAR(static_cast<const float*>(out[0].data)[i], want[i], 1e-5);
+  };
+
+  // run(): the caller's references keep both inputs alive throughout.
+  std::vector<RuntimeTensor> kept = make_inputs();
+  check(g->run(kept));
+  // run_consuming(): `checked` runs before any step; input 0 dies before the host op, input 1
+  // lives on in output 1.
+  int checked = 0;
+  std::vector<RuntimeTensor> out = g->run_consuming(make_inputs(), RunContext{}, [&] {
+    ++checked;
+    EXPECT_EQ(x_seen.size(), 1u) << "called before the first step";
+  });
+  check(out);
+  EXPECT_EQ(checked, 1);
+  EXPECT_EQ(x_seen, (std::vector<bool>{true, false}));
+  EXPECT_EQ(y_seen, (std::vector<bool>{true, true}));
+  EXPECT_TRUE(x_alive.expired());
+  EXPECT_FALSE(y_alive.expired());
+  out.clear();
+  EXPECT_TRUE(y_alive.expired());
+
+  // Inputs that fail the checks are not taken: `checked` is not called.
+  std::vector<RuntimeTensor> bad = make_inputs();
+  bad[1] = make_tensor<float>(DType::Float32, {4, 6});
+  EXPECT_THROW(g->run_consuming(std::move(bad), RunContext{}, [&] { ++checked; }),
+               InputMismatchError);
+  EXPECT_EQ(checked, 1);
+}
+
 TEST(CompileGraph, SymbolicSizesAndGuards) {
   const char* text = R"(graph(%0: f32[s0, 3]):
   %1: f32[s0, 3] = aten.neg.default(%0)
