@@ -75,6 +75,32 @@ def test_training_matches_eager_over_several_steps():
             torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4)
 
 
+def test_retain_graph_runs_the_backward_twice():
+    # AOTAutograd keeps the saved activations in its context when the graph is retained and
+    # builds a new list for each backward: the second one finds them all. (AOTAutograd refuses
+    # retain_graph where it found buffers to donate to the backward; off, as a user would.)
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(donated_buffer=False):
+        _retained_backward_steps()
+
+
+def _retained_backward_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    compiled = torch.compile(model, backend="coil", options={"strict": True})
+    for step in range(3):
+        x = torch.randn(8, 16)
+        loss = compiled(x).square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        model(x).square().sum().backward()
+        for g, p in zip(got, model.parameters()):
+            torch.testing.assert_close(g, 2 * p.grad, rtol=1e-4, atol=1e-5)
+        model.zero_grad(set_to_none=True)
+
+
 def test_a_failure_after_the_release_is_an_error_and_later_calls_run_eagerly():
     fn = _compiled("backward", strict=False)
     _call(fn, 0)
