@@ -51,7 +51,7 @@ def live_at_peak(snapshot: dict, top: int) -> list[str]:
     return lines
 
 
-def measure(case, compiler: str, master, inputs, dev: Device, cache_root: str,
+def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
             coil_options: dict, snapshot_top: int = 0) -> dict:
     torch._dynamo.reset()
     model = copy.deepcopy(master).to(dev.device)
@@ -112,9 +112,11 @@ def main(argv=None) -> int:
         inputs = tuple(x.to(dev.device) for x in inputs)
         with tf32(case.tf32):
             for comp in args.compilers.split(","):
-                r = measure(case, comp, master, inputs, dev, cache_root,
+                r = measure(comp, master, inputs, dev, cache_root,
                             _parse_options(args.coil_options), args.snapshot)
-                print(f"| {name} | {comp} | {r['saved']:.0f} | {r['fw_peak']:.0f} | "
+                label = f"{comp} ({args.coil_options})" if comp == "coil" and args.coil_options \
+                    else comp
+                print(f"| {name} | {label} | {r['saved']:.0f} | {r['fw_peak']:.0f} | "
                       f"{r['bw_peak']:.0f} | {r['grads']:.0f} |", flush=True)
                 torch.cuda.empty_cache()
     return 0
