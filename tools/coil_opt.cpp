@@ -1,6 +1,8 @@
-// coil-opt: parse a text graph, verify it, run passes, print the result.
+// coil-opt: parse a text graph, verify it, run passes, print the result — or, with
+// --emit=cuda / --emit=cpp, the kernels the backend generates for it (lowered and scheduled as
+// compile_graph does, prelude left out), so a kernel can be read without a GPU.
 //
-//   coil-opt FILE [--passes=dce[,other...]] [--no-verify]
+//   coil-opt FILE [--passes=dce[,other...]] [--no-verify] [--emit=cuda|cpp]
 //
 // FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr), 2 on bad usage.
 #include <fstream>
@@ -11,10 +13,15 @@
 #include <string_view>
 #include <vector>
 
+#include "coil/backend/cpu/emit_cpp.h"
+#include "coil/backend/cuda/emit_cuda.h"
 #include "coil/graph/graph.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
+#include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
+#include "coil/sched/align.h"
+#include "coil/sched/schedule.h"
 #include "coil/support/error.h"
 
 namespace {
@@ -38,9 +45,22 @@ const Pass* find_pass(std::string_view name) {
 
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
-  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--no-verify]\npasses:\n";
+  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--no-verify] [--emit=cuda|cpp]\n"
+               "passes:\n";
   for (const Pass& p : kPasses) std::cerr << "  " << p.name << "  " << p.help << "\n";
   return 2;
+}
+
+// The generated source of the graph's kernels, without the prelude.
+std::string emit(const coil::Graph& g, std::string_view backend) {
+  coil::CompileOptions o;
+  auto lowered = coil::lower::lower_graph(g, o);
+  coil::sched::align_iteration_spaces(lowered.program);
+  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o);
+  if (backend == "cuda")
+    return coil::backend::cuda::strip_prelude(
+        coil::backend::cuda::emit_cuda(lowered.program, s, o).code);
+  return coil::backend::cpu::emit_cpp(lowered.program, s, o).code;
 }
 
 }  // namespace
@@ -49,6 +69,7 @@ int main(int argc, char** argv) {
   std::string file;
   std::vector<const Pass*> passes;
   bool verify = true;
+  std::string_view emit_backend;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a.starts_with("--passes=")) {
@@ -64,6 +85,9 @@ int main(int argc, char** argv) {
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
       }
+    } else if (a.starts_with("--emit=")) {
+      emit_backend = a.substr(7);
+      if (emit_backend != "cuda" && emit_backend != "cpp") return usage("--emit takes cuda or cpp");
     } else if (a == "--no-verify") {
       verify = false;
     } else if (a == "-h" || a == "--help") {
@@ -94,7 +118,7 @@ int main(int argc, char** argv) {
       p->run(*g);
       if (verify) coil::ops::verify_graph_meta(*g);
     }
-    std::cout << coil::print_graph(*g);
+    std::cout << (emit_backend.empty() ? coil::print_graph(*g) : emit(*g, emit_backend));
   } catch (const coil::CompileError& e) {
     // Parse errors start with "line:col: ", which reads well after "file:".
     std::string_view msg = e.what();

@@ -184,6 +184,15 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   const bool stores = storing < nodes_.size();
   const std::string SE = stores ? ctype(buf(nodes_[storing]->out).dtype) : "";
   if (stores) line("coil::Vec<" + SE + ", V> S_;");
+  std::vector<const ValueCache*> written;
+  for (const ValueCache& c : value_cache_) {
+    if (std::find(members.begin(), members.end(), c.writer) == members.end()) continue;
+    written.push_back(&c);
+    line("// " + buf(nodes_[c.reader]->out).name + " reads v" + std::to_string(c.reuse) + " from " +
+         c.slot + ": " + buf(nodes_[c.writer]->out).name + "'s v" + std::to_string(c.value) +
+         ", computed once");
+    line("[[maybe_unused]] coil::Vec<" + c.ctype + ", V> " + c.vec + ";");
+  }
   for (const RowPart& part : parts) {
     if (!part.per_element) {
       part.emit();
@@ -199,6 +208,8 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     vec_mode_ = false;
     close();
   }
+  for (const ValueCache* c : written)
+    line("if constexpr (RC) " + c->slot + "[e_] = " + c->vec + ";");
   if (stores) {
     const ComputeNode& n = *nodes_[storing];
     bind_member_names(storing, first_vars);
@@ -229,6 +240,7 @@ void KernelEmitter::emit_rows() {
   line("__device__ __forceinline__ void " + k_.name + "_impl(" + param_list() + ") {");
   ++indent_;
   plan_row_cache();
+  plan_value_cache();
   if (!row_cache_.empty()) {
     // The block-per-row vector entry point keeps the inputs that several members read in
     // shared memory: each thread reads back only the steps it loaded itself, so no barrier.
@@ -357,66 +369,7 @@ void KernelEmitter::emit_rows() {
   line("");
   row_vec_ = false;
   row_cache_.clear();
-}
-
-// The key of a row loop's stride-1 load: its buffer and element index with the member's
-// inner variables named canonically, and the inner ranges (equal keys: the same elements,
-// visited by the same thread at the same step).
-std::string KernelEmitter::row_load_key(size_t m, const Instr& in,
-                                        const std::vector<Expr>& ranges) {
-  std::vector<std::string> canon;
-  for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
-  bind_member_names(m, canon);
-  return buf(in.buffer).name + "[" + idx(flat_index(in.buffer, in.index)) + "] over " +
-         ranges_text(ranges);
-}
-
-std::vector<Expr> KernelEmitter::row_loop_ranges(const ComputeNode& n) {
-  if (n.is_reduction()) return n.reduction_ranges;
-  return std::vector<Expr>(n.ranges.begin() + k_.outer_ranges.size(), n.ranges.end());
-}
-
-// Which stride-1 row loads the _bv entry point caches in shared memory: those that more
-// than one member reads, from buffers no member of the kernel writes, with a constant row,
-// at most kRowCacheBytes in all.
-void KernelEmitter::plan_row_cache() {
-  row_cache_.clear();
-  if (!row_vec_) return;
-  std::map<std::string, std::set<size_t>> members_of;
-  std::map<std::string, std::pair<BufferId, int64_t>> what;
-  std::vector<std::string> order;
-  for (size_t m = 0; m < nodes_.size(); ++m) {
-    const ComputeNode& n = *nodes_[m];
-    auto [var, range] = row_inner_var(n);
-    if (!var) continue;
-    const std::vector<Expr> ranges = row_loop_ranges(n);
-    auto elems = ctx_.as_const(product(ranges));
-    if (!elems) continue;
-    for (const Instr& in : n.body.instrs) {
-      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      if (stride_along(flat_index(in.buffer, in.index), var) != std::optional<int64_t>(1)) continue;
-      bool written = false;
-      for (BufferId w : written_) written = written || root(w) == root(in.buffer);
-      if (written) continue;
-      std::string key = row_load_key(m, in, ranges);
-      if (!members_of.count(key)) order.push_back(key);
-      members_of[key].insert(m);
-      what[key] = {in.buffer, *elems};
-    }
-  }
-  int64_t bytes = 0;
-  for (const std::string& key : order) {
-    if (members_of[key].size() < 2) continue;
-    auto [b, elems] = what[key];
-    const int64_t size = elems * dtype_size(buf(b).dtype);
-    if (bytes + size > kRowCacheBytes) continue;
-    bytes += size;
-    RowCacheSlot slot;
-    slot.name = "rc" + std::to_string(row_cache_.size()) + "_";
-    slot.ctype = ctype(buf(b).dtype);
-    slot.elements = elems;
-    row_cache_[key] = slot;
-  }
+  value_cache_.clear();
 }
 
 BufferId KernelEmitter::root(BufferId b) {

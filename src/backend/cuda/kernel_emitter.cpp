@@ -242,7 +242,9 @@ void KernelEmitter::emit_store(const ComputeNode& n, const std::string& v) {
        ";");
 }
 
-std::string KernelEmitter::tmp(InstrId i) { return "v" + std::to_string(i); }
+std::string KernelEmitter::tmp(InstrId i) {
+  return value_names_ ? (*value_names_)[i] : "v" + std::to_string(i);
+}
 
 std::string KernelEmitter::emit_body(const ComputeNode& n) {
   const loop::Body& b = n.body;
@@ -250,8 +252,13 @@ std::string KernelEmitter::emit_body(const ComputeNode& n) {
       << buf(n.out).name << ": body without a result";
   for (size_t i = 0; i < b.instrs.size(); ++i) {
     const Instr& in = b.instrs[i];
-    line("const " + compute_ctype(in.dtype) + " " + tmp(static_cast<InstrId>(i)) + " = " +
-         instr_expr(b, static_cast<InstrId>(i)) + ";");
+    const InstrId id = static_cast<InstrId>(i);
+    std::string e = instr_expr(b, id);
+    const ValueCache* reused = vec_mode_ ? value_reused(id) : nullptr;
+    if (reused) e = "RC ? " + vec_loads_.at({member_, reused->reader_load}) + ".v[u_] : " + e;
+    line("const " + compute_ctype(in.dtype) + " " + tmp(id) + " = " + e + ";");
+    if (vec_mode_ && value_written(id))
+      line("if constexpr (RC) " + value_written(id)->vec + ".v[u_] = " + tmp(id) + ";");
     if (in.kind == InstrKind::Indirect)
       line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
   }

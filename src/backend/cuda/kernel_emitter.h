@@ -2,7 +2,8 @@
 // one KernelPlan's CUDA C++ (its entry points, emit_cuda.h's ABI) and describes it. Its
 // members are defined by kind: kernel_emitter.cpp (text, parameters, bodies, loads and
 // stores), emit_pointwise.cpp (pointwise kernels), emit_tiled.cpp (their tiled entry point for
-// transposed access), emit_rows.cpp (row kernels).
+// transposed access), emit_rows.cpp (row kernels), emit_row_cache.cpp (their shared-memory
+// row cache).
 #pragma once
 
 #include <functional>
@@ -101,6 +102,11 @@ class KernelEmitter {
   std::string row_load_key(size_t m, const Instr& in, const std::vector<Expr>& ranges);
   std::vector<Expr> row_loop_ranges(const ComputeNode& n);
   void plan_row_cache();
+  std::vector<std::string> value_keys(size_t m, std::map<std::string, int>& intern);
+  void plan_value_cache();
+  struct ValueCache;
+  const ValueCache* value_written(InstrId id) const;  // of member_, or nullptr
+  const ValueCache* value_reused(InstrId id) const;   // of member_, or nullptr
   BufferId root(BufferId b);
   struct ReduceOps {
     std::string init, op;
@@ -150,6 +156,17 @@ class KernelEmitter {
     bool filled = false;  // emitted: the first member's loop stores it
   };
   std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared array
+  // A value member `writer` computes per element (instruction `value`) that the later member
+  // `reader` computes again (instruction `reuse`): the writer gathers it in the register
+  // vector `vec` and stores it over the row cache array `slot`, whose element the reader
+  // loads (`reader_load`) and uses for nothing else (plan_value_cache).
+  struct ValueCache {
+    size_t writer = 0, reader = 0;
+    InstrId value = -1, reuse = -1, reader_load = -1;
+    std::string slot, ctype, vec;
+  };
+  std::vector<ValueCache> value_cache_;
+  const std::vector<std::string>* value_names_ = nullptr;  // tmp()'s names while keying
   std::string idx_t_ = "int64_t";
   CudaKernel info_;
   int indent_ = 0;

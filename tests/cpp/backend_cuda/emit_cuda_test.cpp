@@ -377,6 +377,42 @@ TEST(EmitCuda, IndependentReductionsShareOnePass) {
   EXPECT_EQ(vcode.find("one pass over the row"), std::string::npos) << vcode;
 }
 
+// Softmax's sum computes exp(x - max) per element and its last member would compute it again:
+// the sum leaves it in the shared row cache over the input (dead after the sum) and the last
+// member reads it back (block-per-row vector entry point only: RC). LayerNorm's members share
+// only a subtraction, not worth a shared store: no value cache. A bf16 row cache cannot hold
+// the f32 exp.
+TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
+  auto code_of = [](const char* text) {
+    return backend::cuda::strip_prelude(emit_graph(text).code);
+  };
+  const std::string sm = code_of(
+      "graph(%0: f32[64, 2048]@cuda):\n"
+      "  %1: f32[64, 2048]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  return (%1)\n");
+  EXPECT_NE(sm.find("if constexpr (RC) W0_.v[u_] = v"), std::string::npos) << sm;
+  EXPECT_NE(sm.find("if constexpr (RC) rc0_[e_] = W0_;"), std::string::npos) << sm;
+  EXPECT_NE(sm.find(" = RC ? L0.v[u_] : coil::m::exp("), std::string::npos) << sm;
+  const std::string ln = code_of(
+      "graph(%0: f32[64, 2048]@cuda, %1: f32[2048]@cuda):\n"
+      "  %2: f32[64, 1]@cuda = aten.mean.dim(%0, [-1], true)\n"
+      "  %3: f32[64, 2048]@cuda = aten.sub.Tensor(%0, %2)\n"
+      "  %4: f32[64, 2048]@cuda = aten.mul.Tensor(%3, %3)\n"
+      "  %5: f32[64, 1]@cuda = aten.mean.dim(%4, [-1], true)\n"
+      "  %6: f32[64, 1]@cuda = aten.rsqrt.default(%5)\n"
+      "  %7: f32[64, 2048]@cuda = aten.mul.Tensor(%3, %6)\n"
+      "  %8: f32[64, 2048]@cuda = aten.mul.Tensor(%7, %1)\n"
+      "  return (%8)\n");
+  EXPECT_NE(ln.find("rc0_"), std::string::npos) << ln;
+  EXPECT_EQ(ln.find("W0_"), std::string::npos) << ln;
+  const std::string half = code_of(
+      "graph(%0: bf16[64, 2048]@cuda):\n"
+      "  %1: bf16[64, 2048]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  return (%1)\n");
+  EXPECT_NE(half.find("rc0_"), std::string::npos) << half;
+  EXPECT_EQ(half.find("W0_"), std::string::npos) << half;
+}
+
 // Kernels whose every output is bf16/f16 compute exp and float division with the approximate
 // instructions (coil::fast::); float outputs, or cuda_fast_math off, keep expf and IEEE division.
 TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {

@@ -42,6 +42,8 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
         const int r3_q = e_;
         const int r3_0 = r3_q * V;
         const coil::Vec<float, V> L0 = RC ? rc0_[e_] : *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
+        // buf3 reads v4 from rc0_: buf2's v3, computed once
+        [[maybe_unused]] coil::Vec<float, V> W0_;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
           const int r3 = r3_0 + u_;
@@ -49,8 +51,10 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v1 = buf1_v;
           const float v2 = float(v0 - v1);
           const float v3 = coil::m::exp(float(v2));
+          if constexpr (RC) W0_.v[u_] = v3;
           acc = coil::SumOp::apply(acc, float(v3));
         }
+        if constexpr (RC) rc0_[e_] = W0_;
       }
       acc = coil::group_reduce<G, coil::SumOp>(acc);
       buf2_v = acc;
@@ -69,7 +73,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v1 = buf1_v;
           const float v2 = buf2_v;
           const float v3 = float(v0 - v1);
-          const float v4 = coil::m::exp(float(v3));
+          const float v4 = RC ? L0.v[u_] : coil::m::exp(float(v3));
           const float v5 = float(v4 / v2);
           S_.v[u_] = float(v5);
         }
