@@ -1,5 +1,6 @@
 #include "cuda_steps.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -179,30 +180,46 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   auto s = static_cast<cu::CUstream>(stream);
   std::vector<cu::LaunchConfig> cands =
       cu::launch_candidates(info, work, row, aligned, *kernels_.device);
-  cu::CUevent e0 = nullptr, e1 = nullptr;
-  d->check_run(d->cuEventCreate(&e0, 0), "cuEventCreate");
-  d->check_run(d->cuEventCreate(&e1, 0), "cuEventCreate");
-  cu::LaunchConfig best = cands[0];
-  float best_ms = 1e30f;
-  for (const cu::LaunchConfig& c : cands) {
+  // Each candidate: one untimed launch, then kReps launches timed one by one, keeping the
+  // fastest (a single slow launch, a clock change or another stream's work, must not decide);
+  // then the two best are timed again, alternately, and the faster minimum wins (before, one
+  // sum of three launches per candidate decided, and a config's single slow launch or a clock
+  // change during the first candidates could pick a worse one).
+  constexpr int kReps = 3;
+  cu::CUevent ev[kReps + 1] = {};
+  for (auto& e : ev) d->check_run(d->cuEventCreate(&e, 0), "cuEventCreate");
+  auto measure = [&](const cu::LaunchConfig& c) -> float {
     auto fn = static_cast<cu::CUfunction>(kernels_.functions[k][c.entry]);
     auto launch = [&] {
       return d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, s, args, nullptr);
     };
-    if (launch() != 0) continue;  // e.g. too many registers for 1024 threads
-    d->cuEventRecord(e0, s);
-    for (int r = 0; r < 3; ++r) launch();
-    d->cuEventRecord(e1, s);
-    d->cuEventSynchronize(e1);
-    float ms = 0;
-    d->cuEventElapsedTime(&ms, e0, e1);
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = c;
+    if (launch() != 0) return 1e30f;  // e.g. too many registers for 1024 threads
+    d->cuEventRecord(ev[0], s);
+    for (int r = 0; r < kReps; ++r) {
+      launch();
+      d->cuEventRecord(ev[r + 1], s);
     }
+    d->cuEventSynchronize(ev[kReps]);
+    float best = 1e30f;
+    for (int r = 0; r < kReps; ++r) {
+      float ms = 0;
+      d->cuEventElapsedTime(&ms, ev[r], ev[r + 1]);
+      best = std::min(best, ms);
+    }
+    return best;
+  };
+  std::vector<float> ms(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) ms[i] = measure(cands[i]);
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
+  if (order.size() > 1 && ms[order[1]] < 1e30f) {
+    for (int round = 0; round < 2; ++round)
+      for (int j = 0; j < 2; ++j) ms[order[j]] = std::min(ms[order[j]], measure(cands[order[j]]));
+    if (ms[order[1]] < ms[order[0]]) std::swap(order[0], order[1]);
   }
-  d->cuEventDestroy(e0);
-  d->cuEventDestroy(e1);
+  const cu::LaunchConfig best = cands[order[0]];
+  for (auto& e : ev) d->cuEventDestroy(e);
   if (!file.empty()) {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);

@@ -172,12 +172,12 @@ def test_softmax_one_kernel(dtype, cols):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("online", [False, True])
-@pytest.mark.parametrize("cols", [1001, 4096])
+@pytest.mark.parametrize("cols", [1001, 4096, 12289])
 def test_softmax_special_values(cols, online):
     # Three passes, or the max and the sum of exp(x - max) in one (option cuda_online_softmax,
     # emit_rows.cpp: emit_online_max_sum): large values (exp overflows without the max), -inf
     # (causal masks), rows of only -inf (NaN, as eager), +inf and NaN entries; 1001 columns
-    # take the scalar entry points, 4096 the vector ones.
+    # take the scalar entry points, 4096 the vector ones, 12289 rows too long for the row cache.
     x = _randn(64, cols) * 100
     x[1, ::3] = float("-inf")
     x[2, :] = float("-inf")
@@ -187,6 +187,27 @@ def test_softmax_special_values(cols, online):
     for fn in (lambda a: torch.softmax(a, -1), lambda a: torch.log_softmax(a, -1)):
         got, want = _run(fn, x, options={"cuda_online_softmax": online})
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,cols", [(torch.float32, 4096), (torch.float32, 50257),
+                                        (torch.bfloat16, 4096), (torch.bfloat16, 1001)])
+def test_stored_row_and_its_reductions_in_one_loop(dtype, cols):
+    # The contiguous copy of a slice and the reductions over it run in one loop (emit_rows.cpp:
+    # pointwise_reductions_end), the reductions taking the stored elements from registers: they
+    # must see them as stored (bf16-rounded), and the copy must be complete for the later pass
+    # (logsumexp's sum of exp reads it back). Rows of 50257 as GPT-2's logits.
+    x = _randn(48, cols + 1, dtype=dtype)
+
+    def fn(a):
+        y = a[:, 1:].contiguous() * 3
+        return y, y.amax(-1), y.float().sum(-1), torch.logsumexp(y.float(), -1)
+
+    got, want = _run(fn, x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    torch.testing.assert_close(got[2], want[2], rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(got[3], want[3], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu

@@ -156,6 +156,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     for (size_t i = 0; i < n.body.instrs.size(); ++i) {
       const Instr& in = n.body.instrs[i];
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (load_overrides_.count({m, static_cast<InstrId>(i)})) continue;
       Expr flat = flat_index(in.buffer, in.index);
       if (stride_along(flat, var) != std::optional<int64_t>(1)) continue;
       std::string name = "L" + std::to_string(nv++);
@@ -295,6 +296,26 @@ void KernelEmitter::emit_rows() {
       emit_online_max_sum(m, online);
       close();
       ++m;
+      continue;
+    }
+    if (const size_t run = pointwise_reductions_end(m); run > m + 1) {
+      // needs_sync above covered member m; the reductions read m's output from registers.
+      bool sync = false;
+      for (size_t mm = m + 1; mm < run; ++mm)
+        for (const Instr& in : nodes_[mm]->body.instrs)
+          sync = sync || (in.kind == InstrKind::Load && root(in.buffer) != root(n.out) &&
+                          written_so_far.count(root(in.buffer)));
+      if (sync && !needs_sync) line("coil::group_sync<G>();");
+      for (size_t mm = m + 1; mm < run; ++mm)
+        if (!locals_.count(nodes_[mm]->out)) written_so_far.insert(root(nodes_[mm]->out));
+      std::string names;
+      for (size_t mm = m; mm < run; ++mm) names += (mm > m ? ", " : "") + buf(nodes_[mm]->out).name;
+      line("// " + names + ": one pass over the row, the reductions taking " + buf(n.out).name +
+           "'s elements from registers");
+      open("{");
+      emit_reduction_loop(m, run, true);
+      close();
+      m = run - 1;
       continue;
     }
     const size_t end = one_pass_reductions_end(m);
@@ -468,6 +489,53 @@ size_t KernelEmitter::one_pass_reductions_end(size_t m) {
   return end;
 }
 
+// The key of the element a pointwise row member m stores, in row_load_key's form: a load
+// with the same key reads what m stored in the same step of the same thread.
+std::string KernelEmitter::row_store_key(size_t m) {
+  const ComputeNode& n = *nodes_[m];
+  const std::vector<Expr> ranges = row_loop_ranges(n);
+  std::vector<std::string> canon;
+  for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
+  bind_member_names(m, canon);
+  return buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] over " +
+         ranges_text(ranges);
+}
+
+// A pointwise member m that loops over the row and stores, followed by reductions over the same
+// inner ranges that read its output only at the element it stores in the same step (GPT-2's
+// loss: the contiguous copy of the sliced logits, then their max) and none of each other's
+// results: one loop, the reductions taking m's elements from registers (emit_reduction_loop's
+// `lead`). Apart, each reduction re-read the stored rows, from L2 or DRAM when they are long.
+// Returns the end of the run (m + 1: none).
+size_t KernelEmitter::pointwise_reductions_end(size_t m) {
+  const ComputeNode& p = *nodes_[m];
+  if (p.is_reduction() || p.ranges.size() <= k_.outer_ranges.size() || locals_.count(p.out))
+    return m + 1;
+  const std::vector<Expr> ranges = row_loop_ranges(p);
+  const std::string range_text = ranges_text(ranges);
+  const std::string stored = row_store_key(m);
+  std::set<BufferId> outs{root(p.out)};
+  size_t end = m + 1;
+  for (; end < nodes_.size(); ++end) {
+    const ComputeNode& r = *nodes_[end];
+    if (!r.is_reduction() || r.reduce == ReduceKind::ArgMax || r.reduce == ReduceKind::ArgMin ||
+        online_max_load(end) >= 0 || ranges_text(r.reduction_ranges) != range_text)
+      break;
+    bool ok = true;
+    for (const Instr& in : r.body.instrs) {
+      if (in.kind != InstrKind::Load) continue;
+      if (in.buffer == p.out && in.mask < 0) {
+        ok = ok && row_load_key(end, in, ranges) == stored;
+      } else {
+        ok = ok && !outs.count(root(in.buffer));
+      }
+    }
+    if (!ok) break;
+    outs.insert(root(r.out));
+  }
+  return end;
+}
+
 void KernelEmitter::emit_one_pass_reductions(size_t first, size_t end) {
   std::string names;
   for (size_t m = first; m < end; ++m) names += (m > first ? ", " : "") + buf(nodes_[m]->out).name;
@@ -479,16 +547,51 @@ void KernelEmitter::emit_one_pass_reductions(size_t first, size_t end) {
 
 // Reductions first..end (not argmax/argmin) over the first's row loop, an accumulator each
 // (`acc` alone, acc0.. for several), then combined across the group and stored.
-void KernelEmitter::emit_reduction_loop(size_t first, size_t end) {
-  const bool several = end - first > 1;
+// With `lead`, member `first` is a pointwise member over the same inner ranges whose output
+// the reductions read only at the element it stores in the same step (pointwise_reductions_end):
+// it is computed and stored first, and the reductions take that element from registers.
+void KernelEmitter::emit_reduction_loop(size_t first, size_t end, bool lead) {
+  const size_t red = lead ? first + 1 : first;  // the first reduction
+  const bool several = end - red > 1 || lead;
   auto acc_name = [&](size_t m) {
-    return several ? "acc" + std::to_string(m - first) : std::string("acc");
+    return end - red > 1 ? "acc" + std::to_string(m - red) : std::string("acc");
   };
   std::vector<std::string> rvars;
-  for (Expr v : nodes_[first]->reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  if (lead) {
+    const ComputeNode& p = *nodes_[first];
+    for (size_t j = k_.outer_ranges.size(); j < p.index_vars.size(); ++j)
+      rvars.push_back(cpp_identifier(p.index_vars[j]->name));
+  } else {
+    for (Expr v : nodes_[first]->reduction_vars) rvars.push_back(cpp_identifier(v->name));
+  }
   std::vector<size_t> members;
   std::vector<RowPart> parts;
-  for (size_t m = first; m < end; ++m) {
+  if (lead) {
+    // The value as stored (rounded to the buffer's type), as a load of it would read it.
+    const ComputeNode& p = *nodes_[first];
+    const std::string E = ctype(buf(p.out).dtype);
+    const std::string held = row_vec_ ? "S_.v[u_]" : "pv_";
+    for (size_t m = red; m < end; ++m) {
+      const auto& instrs = nodes_[m]->body.instrs;
+      for (size_t i = 0; i < instrs.size(); ++i)
+        if (instrs[i].kind == InstrKind::Load && instrs[i].buffer == p.out)
+          load_overrides_[{m, static_cast<InstrId>(i)}] = held;
+    }
+    members.push_back(first);
+    parts.push_back({true, [this, first, E, &rvars] {
+                       const ComputeNode& p = *nodes_[first];
+                       bind_member_names(first, rvars);
+                       const std::string v = emit_body(p);
+                       const std::string stored = stored_value(buf(p.out).dtype, v);
+                       if (!row_store_.empty()) {
+                         line(row_store_ + " = " + stored + ";");
+                       } else {
+                         emit_store(p, v);
+                         line("const " + E + " pv_ = " + stored + ";");
+                       }
+                     }});
+  }
+  for (size_t m = red; m < end; ++m) {
     const ComputeNode& n = *nodes_[m];
     const DType acc_t = buf(n.out).dtype;
     const std::string A = acc_t == DType::Bool ? "bool" : compute_ctype(acc_t);
@@ -507,8 +610,9 @@ void KernelEmitter::emit_reduction_loop(size_t first, size_t end) {
                        if (several) close();
                      }});
   }
-  emit_row_loop(members, rvars, nodes_[first]->reduction_ranges, parts);
-  for (size_t m = first; m < end; ++m) {
+  emit_row_loop(members, rvars, row_loop_ranges(*nodes_[first]), parts);
+  load_overrides_.clear();
+  for (size_t m = red; m < end; ++m) {
     const ComputeNode& n = *nodes_[m];
     const std::string acc = acc_name(m);
     line(acc + " = coil::group_reduce<G, coil::" + reduce_ops(n.reduce, buf(n.out).dtype).op +
@@ -576,9 +680,9 @@ void KernelEmitter::emit_online_max_sum(size_t m, InstrId max_load) {
   RowPart sums{true, [&] {
                  open("{");
                  bind_member_names(m + 1, rvars);
-                 load_override_ = {m + 1, max_load};
+                 load_overrides_[{m + 1, max_load}] = "m_";  // the running max
                  line("s_ += float(" + emit_body(b) + ");");
-                 load_override_ = {nodes_.size(), -1};
+                 load_overrides_.clear();
                  close();
                }};
   emit_row_loop({m, m + 1}, rvars, a.reduction_ranges, {start, maxes, rescale, sums});

@@ -285,8 +285,11 @@ std::string KernelEmitter::load_expr(const Instr& in, InstrId id) {
   const std::string T = compute_ctype(in.dtype);
   std::string v;
   auto rv = row_values_.find(in.buffer);
-  if (load_override_.first == member_ && load_override_.second == id) {
-    v = "m_";  // the running max of an online max and sum (emit_online_max_sum)
+  auto over = load_overrides_.find({member_, id});
+  if (over != load_overrides_.end()) {
+    v = over->second;  // a value this thread holds (load_overrides_)
+    if (is_low_precision(buf(in.buffer).dtype)) v = "coil::to_f32(" + v + ")";
+    if (buf(in.buffer).dtype == DType::Bool) v = "(" + v + " != 0)";
   } else if (locals_.count(in.buffer)) {
     v = local_name(in.buffer);
   } else if (rv != row_values_.end() && idx(flat_index(in.buffer, in.index)) == rv->second) {

@@ -115,7 +115,9 @@ class KernelEmitter {
   void emit_row_reduction(const ComputeNode& n);
   size_t one_pass_reductions_end(size_t m);
   void emit_one_pass_reductions(size_t first, size_t end);
-  void emit_reduction_loop(size_t first, size_t end);
+  void emit_reduction_loop(size_t first, size_t end, bool lead = false);
+  std::string row_store_key(size_t m);
+  size_t pointwise_reductions_end(size_t m);
   InstrId online_max_load(size_t m);
   void emit_online_max_sum(size_t m, InstrId max_load);
   size_t member_of(const ComputeNode& n);
@@ -149,7 +151,9 @@ class KernelEmitter {
   size_t member_ = 0;
   bool row_vec_ = false;   // emitting a row kernel templated on its step width V
   std::string row_store_;  // in a vector row loop: where a row member's element goes
-  std::pair<size_t, InstrId> load_override_{static_cast<size_t>(-1), -1};
+  // Loads that read a value this thread holds instead of memory: (member, load) -> the value's
+  // name (the online max m_; a fused pointwise member's stored element).
+  std::map<std::pair<size_t, InstrId>, std::string> load_overrides_;
   struct RowCacheSlot {
     std::string name, ctype;
     int64_t elements = 0;

@@ -377,6 +377,40 @@ TEST(EmitCuda, IndependentReductionsShareOnePass) {
   EXPECT_EQ(vcode.find("one pass over the row"), std::string::npos) << vcode;
 }
 
+// A pointwise member whose output the next reductions read at the element it stores (GPT-2's
+// loss: the contiguous copy of the sliced logits, then their max) shares their loop: the
+// reductions take the stored element from registers (the vector S_, or pv_ in the scalar entry
+// points), as stored (a bf16 output rounded first), and do not read the buffer back. The
+// variance after the mean reads the mean: its own pass.
+TEST(EmitCuda, ReductionsOfAStoredRowShareItsLoop) {
+  auto code_of = [](const std::string& text) {
+    return backend::cuda::strip_prelude(emit_graph(text).code);
+  };
+  for (const char* t : {"f32", "bf16"}) {
+    const std::string T = t;
+    const std::string code = code_of("graph(%0: " + T + "[64, 2048]@cuda):\n  %1: " + T +
+                                     "[64, 2048]@cuda = aten.mul.Tensor(%0, 3)\n  %2: " + T +
+                                     "[64]@cuda = aten.amax.default(%1, [1])\n"
+                                     "  return (%1, %2)\n");
+    EXPECT_NE(code.find("the reductions taking buf1's elements from registers"), std::string::npos)
+        << code;
+    const std::string held =
+        T == "f32" ? "const float v0 = S_.v[u_];" : "const float v0 = coil::to_f32(S_.v[u_]);";
+    EXPECT_NE(code.find(held), std::string::npos) << code;
+    EXPECT_EQ(code.find("= buf1["), std::string::npos) << code;            // never read back
+    EXPECT_EQ(code.find("*)(buf1 + "), code.rfind("*)(buf1 + ")) << code;  // stored once
+  }
+  const std::string scalar = code_of(
+      "graph(%0: f32[64, 2047]@cuda):\n"
+      "  %1: f32[64, 2047]@cuda = aten.exp.default(%0)\n"
+      "  %2: f32[64]@cuda = aten.sum.dim_IntList(%1, [1])\n"
+      "  %3: f32[64]@cuda = aten.amax.default(%1, [1])\n"
+      "  return (%1, %2, %3)\n");
+  EXPECT_NE(scalar.find("const float pv_ = float(v"), std::string::npos) << scalar;
+  EXPECT_NE(scalar.find("acc1 = coil::MaxOp::apply(acc1"), std::string::npos) << scalar;
+  EXPECT_EQ(scalar.find("= buf1["), std::string::npos) << scalar;
+}
+
 // Softmax's sum computes exp(x - max) per element and its last member would compute it again:
 // the sum leaves it in the shared row cache over the input (dead after the sum) and the last
 // member reads it back (block-per-row vector entry point only: RC). LayerNorm's members share
