@@ -181,10 +181,9 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   std::vector<cu::LaunchConfig> cands =
       cu::launch_candidates(info, work, row, aligned, *kernels_.device);
   // Each candidate: one untimed launch, then kReps launches timed one by one, keeping the
-  // fastest (a single slow launch, a clock change or another stream's work, must not decide);
-  // then the two best are timed again, alternately, and the faster minimum wins (before, one
-  // sum of three launches per candidate decided, and a config's single slow launch or a clock
-  // change during the first candidates could pick a worse one).
+  // fastest (a single slow launch, a clock change or another stream's work must not decide);
+  // the two best, where within 10% of each other, are timed again and the faster minimum wins.
+  // (Before, one sum of three launches per candidate decided.)
   constexpr int kReps = 3;
   cu::CUevent ev[kReps + 1] = {};
   for (auto& e : ev) d->check_run(d->cuEventCreate(&e, 0), "cuEventCreate");
@@ -213,9 +212,8 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   std::vector<size_t> order(cands.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
-  if (order.size() > 1 && ms[order[1]] < 1e30f) {
-    for (int round = 0; round < 2; ++round)
-      for (int j = 0; j < 2; ++j) ms[order[j]] = std::min(ms[order[j]], measure(cands[order[j]]));
+  if (order.size() > 1 && ms[order[1]] < 1.1f * ms[order[0]]) {
+    for (int j = 0; j < 2; ++j) ms[order[j]] = std::min(ms[order[j]], measure(cands[order[j]]));
     if (ms[order[1]] < ms[order[0]]) std::swap(order[0], order[1]);
   }
   const cu::LaunchConfig best = cands[order[0]];

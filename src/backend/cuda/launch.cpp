@@ -126,6 +126,10 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
   }
   for (int64_t t : {128, 256, 512, 1024})
     add({1 + vec, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
+  // A block per row without the grid-stride loop (Inductor's layout for long rows): the
+  // hardware starts the next row's block as soon as a block finishes.
+  for (int64_t t : {256, 512})
+    add({1 + vec, clamp_grid(work, int64_t{2147483647}), static_cast<unsigned>(t)});
   return out;
 }
 
