@@ -28,6 +28,22 @@ std::vector<Expr> KernelEmitter::row_loop_ranges(const ComputeNode& n) {
   return std::vector<Expr>(n.ranges.begin() + k_.outer_ranges.size(), n.ranges.end());
 }
 
+// A cached step's value in the entry points that cache (CC: shared memory in _bv, registers,
+// indexed by the loop's step it_, in _wv), and the statement that caches one.
+std::string KernelEmitter::slot_read(const RowCacheSlot& slot) const {
+  if (!row_regs_) return slot.name + "[e_]";
+  return "(RC ? " + slot.name + "[e_] : " + slot.reg + "[it_])";
+}
+
+std::string KernelEmitter::slot_write(const std::string& slot, const std::string& value) const {
+  if (!row_regs_) return "if constexpr (RC) " + slot + "[e_] = " + value + ";";
+  const RowCacheSlot* s = nullptr;
+  for (const auto& [key, c] : row_cache_)
+    if (c.name == slot) s = &c;
+  return "if constexpr (RC) " + slot + "[e_] = " + value + "; else if constexpr (RR) " + s->reg +
+         "[it_] = " + value + ";";
+}
+
 // Which stride-1 row loads the _bv entry point caches in shared memory: those that more
 // than one member reads, from buffers no member of the kernel writes, with a constant row,
 // at most kRowCacheBytes in all.
@@ -65,8 +81,10 @@ void KernelEmitter::plan_row_cache() {
     bytes += size;
     RowCacheSlot slot;
     slot.name = "rc" + std::to_string(row_cache_.size()) + "_";
+    slot.reg = "rr" + std::to_string(row_cache_.size()) + "_";
     slot.ctype = ctype(buf(b).dtype);
     slot.elements = elems;
+    slot.elem_size = dtype_size(buf(b).dtype);
     row_cache_[key] = slot;
   }
 }

@@ -140,8 +140,27 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   std::vector<std::string> qvars = vars;
   const std::string last = vars.back();
   qvars.back() = last + "_q";
-  open("for (" + T + " e_ = lane_; e_ < (" + T + ")((" + idx(product(ranges)) +
-       ") / V); e_ += g_) {");
+  // Loops that read cached steps count them (it_, the register cache's index), fully unrolled
+  // in _wv where the count is a constant.
+  bool cached = false;
+  for (size_t m : members) {
+    if (!row_regs_) break;
+    const ComputeNode& n = *nodes_[m];
+    Expr var = row_inner_var(n).first;
+    for (const Instr& in : n.body.instrs)
+      if (!row_cache_.empty() && in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
+          stride_along(flat_index(in.buffer, in.index), var) == std::optional<int64_t>(1))
+        cached = cached || row_cache_.count(row_load_key(m, in, row_loop_ranges(n)));
+  }
+  // A loop that reads cached steps is a lambda over (e_, it_): _wv's register cache (RR) needs
+  // the step count it_ as a constant, so that instantiation runs it fully unrolled; the others
+  // run the plain loop.
+  const std::string steps = "(" + T + ")((" + idx(product(ranges)) + ") / V)";
+  if (cached) {
+    open("auto step_ = [&](const " + T + " e_, [[maybe_unused]] const int it_) {");
+  } else {
+    open("for (" + T + " e_ = lane_; e_ < " + steps + "; e_ += g_) {");
+  }
   decompose_text("e_", qvars, qranges);
   line("const " + T + " " + last + "_0 = " + last + "_q * V;");
   std::vector<std::string> first_vars = vars;
@@ -172,11 +191,11 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
         line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
       } else if (!slot->second.filled) {
         line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
-        line("if constexpr (RC) " + slot->second.name + "[e_] = " + name + ";");
+        line(slot_write(slot->second.name, name));
         slot->second.filled = true;
       } else {
-        line("const coil::Vec<" + E + ", V> " + name + " = RC ? " + slot->second.name +
-             "[e_] : " + global + ";");
+        line("const coil::Vec<" + E + ", V> " + name + " = CC ? " + slot_read(slot->second) +
+             " : " + global + ";");
       }
       vec_loads_[{m, static_cast<InstrId>(i)}] = name;
     }
@@ -189,9 +208,9 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   for (const ValueCache& c : value_cache_) {
     if (std::find(members.begin(), members.end(), c.writer) == members.end()) continue;
     written.push_back(&c);
-    line("// " + buf(nodes_[c.reader]->out).name + " reads v" + std::to_string(c.reuse) + " from " +
-         c.slot + ": " + buf(nodes_[c.writer]->out).name + "'s v" + std::to_string(c.value) +
-         ", computed once");
+    line("// " + buf(nodes_[c.reader]->out).name + " reads v" + std::to_string(c.reuse) +
+         " from the row cache (" + c.slot + "): " + buf(nodes_[c.writer]->out).name + "'s v" +
+         std::to_string(c.value) + ", computed once");
     line("[[maybe_unused]] coil::Vec<" + c.ctype + ", V> " + c.vec + ";");
   }
   for (const RowPart& part : parts) {
@@ -209,8 +228,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     vec_mode_ = false;
     close();
   }
-  for (const ValueCache* c : written)
-    line("if constexpr (RC) " + c->slot + "[e_] = " + c->vec + ";");
+  for (const ValueCache* c : written) line(slot_write(c->slot, c->vec));
   if (stores) {
     const ComputeNode& n = *nodes_[storing];
     bind_member_names(storing, first_vars);
@@ -227,6 +245,19 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
       line("*" + dst + " = S_;");
     }
   }
+  if (!cached) {
+    close();
+    return;
+  }
+  close("};");
+  open("if constexpr (RR) {");
+  line("#pragma unroll");
+  open("for (int it_ = 0; it_ < (" + steps + " + 31) / 32; ++it_) {");
+  line("if (lane_ + it_ * 32 < " + steps + ") step_(lane_ + it_ * 32, it_);");
+  close();
+  close("} else {");
+  ++indent_;
+  line("for (" + T + " e_ = lane_; e_ < " + steps + "; e_ += g_) step_(e_, 0);");
   close();
 }
 
@@ -245,10 +276,22 @@ void KernelEmitter::emit_rows() {
   if (!row_cache_.empty()) {
     // The block-per-row vector entry point keeps the inputs that several members read in
     // shared memory: each thread reads back only the steps it loaded itself, so no barrier.
-    line("constexpr bool RC = G == 0 && V > 1;");
+    // The warp-per-row one keeps them in registers where they are few (kRowRegisterBytes).
+    int64_t lane_bytes = 0;
     for (const auto& [key, slot] : row_cache_)
+      lane_bytes += (slot.elements / vec + 31) / 32 * vec * slot.elem_size;
+    // Kernels without it keep the plain loops (the step lambda measured slower in _bv).
+    row_regs_ = lane_bytes <= kRowRegisterBytes;
+    line("constexpr bool RC = G == 0 && V > 1;");
+    if (row_regs_) line("constexpr bool RR = G == 32 && V > 1;");
+    line(row_regs_ ? "constexpr bool CC = RC || RR;" : "constexpr bool CC = RC;");
+    for (const auto& [key, slot] : row_cache_) {
       line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
            std::to_string(slot.elements) + " / V : 1];");
+      if (row_regs_)
+        line("[[maybe_unused]] coil::Vec<" + slot.ctype + ", V> " + slot.reg + "[RR ? (" +
+             std::to_string(slot.elements) + " / V + 31) / 32 : 1];");
+    }
   }
   // G: 32 a warp per row, 0 the block per row, -C the column layout (row_column_width).
   line("const int g_ = coil::group_size<G>();");
@@ -389,6 +432,7 @@ void KernelEmitter::emit_rows() {
   if (info_.column > 0) entry("_c", std::to_string(-info_.column));
   line("");
   row_vec_ = false;
+  row_regs_ = false;
   row_cache_.clear();
   value_cache_.clear();
 }

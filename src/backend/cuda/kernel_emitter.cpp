@@ -255,10 +255,10 @@ std::string KernelEmitter::emit_body(const ComputeNode& n) {
     const InstrId id = static_cast<InstrId>(i);
     std::string e = instr_expr(b, id);
     const ValueCache* reused = vec_mode_ ? value_reused(id) : nullptr;
-    if (reused) e = "RC ? " + vec_loads_.at({member_, reused->reader_load}) + ".v[u_] : " + e;
+    if (reused) e = "CC ? " + vec_loads_.at({member_, reused->reader_load}) + ".v[u_] : " + e;
     line("const " + compute_ctype(in.dtype) + " " + tmp(id) + " = " + e + ";");
     if (vec_mode_ && value_written(id))
-      line("if constexpr (RC) " + value_written(id)->vec + ".v[u_] = " + tmp(id) + ";");
+      line("if constexpr (CC) " + value_written(id)->vec + ".v[u_] = " + tmp(id) + ";");
     if (in.kind == InstrKind::Indirect)
       line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
   }

@@ -33,6 +33,9 @@ constexpr int64_t kStreamingRowBytes = 32 * 1024;
 // Row kernels keep at most this many bytes of re-read inputs in shared memory (static shared
 // memory is 48 KiB a block; the group reductions take a little of it).
 constexpr int64_t kRowCacheBytes = 40 * 1024;
+// The warp-per-row vector entry point (_wv) keeps them in registers instead where they take at
+// most this many bytes a lane (24 registers: a row of 512 floats and its byte mask).
+constexpr int64_t kRowRegisterBytes = 96;
 
 // The C type of a buffer element (bool is stored as a byte).
 inline std::string ctype(DType t) {
@@ -155,11 +158,15 @@ class KernelEmitter {
   // name (the online max m_; a fused pointwise member's stored element).
   std::map<std::pair<size_t, InstrId>, std::string> load_overrides_;
   struct RowCacheSlot {
-    std::string name, ctype;
+    std::string name, reg, ctype;  // the shared array (_bv) and the register array (_wv)
     int64_t elements = 0;
+    int elem_size = 0;
     bool filled = false;  // emitted: the first member's loop stores it
   };
-  std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared array
+  std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared/register array
+  bool row_regs_ = false;  // _wv keeps the row cache in registers (RR may be true)
+  std::string slot_read(const RowCacheSlot& slot) const;
+  std::string slot_write(const std::string& slot, const std::string& value) const;
   // A value member `writer` computes per element (instruction `value`) that the later member
   // `reader` computes again (instruction `reuse`): the writer gathers it in the register
   // vector `vec` and stores it over the row cache array `slot`, whose element the reader

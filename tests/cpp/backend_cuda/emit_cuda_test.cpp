@@ -89,9 +89,9 @@ TEST(EmitCuda, OnlineSoftmaxFusesMaxAndSumIntoOnePass) {
   EXPECT_NE(code.find("group_reduce<G, coil::SumOp>(s_ * coil::m::exp(m_ - rmax_))"),
             std::string::npos);
   // Two row loops (max with sum, then the output) instead of three.
-  size_t loops = 0;
-  for (size_t at = code.find("e_ += g_"); at != std::string::npos;
-       at = code.find("e_ += g_", at + 1))
+  size_t loops = 0;  // plain row loops and the plain form of the step lambdas'
+  for (size_t at = code.find("e_ += g_)"); at != std::string::npos;
+       at = code.find("e_ += g_)", at + 1))
     ++loops;
   EXPECT_EQ(loops, 2u) << code;
   // Off (the default): three loops.
@@ -121,7 +121,7 @@ TEST(EmitCuda, ReReadRowsAreCachedInSharedMemory) {
   const std::string ln = backend::cuda::strip_prelude(emit(b1.p).code);
   EXPECT_NE(ln.find("__shared__ coil::Vec<float, V> rc0_[RC ? 4096 / V : 1];"), std::string::npos)
       << ln;
-  EXPECT_NE(ln.find("RC ? rc0_[e_] :"), std::string::npos);
+  EXPECT_NE(ln.find("CC ? rc0_[e_] :"), std::string::npos) << ln;
   ProgramBuilder b2;
   build_softmax(b2, b2.c(4), b2.c(16384));
   EXPECT_EQ(backend::cuda::strip_prelude(emit(b2.p).code).find("__shared__"), std::string::npos);
@@ -424,9 +424,24 @@ TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
       "graph(%0: f32[64, 2048]@cuda):\n"
       "  %1: f32[64, 2048]@cuda = aten._softmax.default(%0, -1, false)\n"
       "  return (%1)\n");
-  EXPECT_NE(sm.find("if constexpr (RC) W0_.v[u_] = v"), std::string::npos) << sm;
+  EXPECT_NE(sm.find("if constexpr (CC) W0_.v[u_] = v"), std::string::npos) << sm;
   EXPECT_NE(sm.find("if constexpr (RC) rc0_[e_] = W0_;"), std::string::npos) << sm;
-  EXPECT_NE(sm.find(" = RC ? L0.v[u_] : coil::m::exp("), std::string::npos) << sm;
+  EXPECT_NE(sm.find(" = CC ? L0.v[u_] : coil::m::exp("), std::string::npos) << sm;
+  // Rows of 2048 floats are 256 bytes a lane in _wv: no register cache there; rows of 512
+  // (attention's) are 64 and get one.
+  EXPECT_EQ(sm.find("constexpr bool RR"), std::string::npos) << sm;
+  EXPECT_EQ(sm.find("step_"), std::string::npos) << sm;  // plain loops
+  const std::string short_rows = code_of(
+      "graph(%0: f32[64, 512]@cuda):\n"
+      "  %1: f32[64, 512]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  return (%1)\n");
+  EXPECT_NE(short_rows.find("constexpr bool RR = G == 32 && V > 1;"), std::string::npos)
+      << short_rows;
+  EXPECT_NE(
+      short_rows.find("if constexpr (RC) rc0_[e_] = W0_; else if constexpr (RR) rr0_[it_] = W0_;"),
+      std::string::npos)
+      << short_rows;
+  EXPECT_NE(short_rows.find("step_(lane_ + it_ * 32, it_);"), std::string::npos) << short_rows;
   const std::string ln = code_of(
       "graph(%0: f32[64, 2048]@cuda, %1: f32[2048]@cuda):\n"
       "  %2: f32[64, 1]@cuda = aten.mean.dim(%0, [-1], true)\n"

@@ -6,7 +6,10 @@
 template <int G, int V>
 __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, float* __restrict__ buf3) {
   constexpr bool RC = G == 0 && V > 1;
+  constexpr bool RR = G == 32 && V > 1;
+  constexpr bool CC = RC || RR;
   __shared__ coil::Vec<float, V> rc0_[RC ? 16 / V : 1];
+  [[maybe_unused]] coil::Vec<float, V> rr0_[RR ? (16 / V + 31) / 32 : 1];
   const int g_ = coil::group_size<G>();
   const int lane_ = coil::group_lane<G>();
   const int64_t rpb_ = coil::rows_per_block<G>();
@@ -20,17 +23,25 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     // buf1
     {
       float acc = coil::numeric<float>::lowest();
-      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+      auto step_ = [&](const int e_, [[maybe_unused]] const int it_) {
         const int r1_q = e_;
         const int r1_0 = r1_q * V;
         const coil::Vec<float, V> L0 = *(const coil::Vec<float, V>*)(in0 + 16*x0 + r1_0);
-        if constexpr (RC) rc0_[e_] = L0;
+        if constexpr (RC) rc0_[e_] = L0; else if constexpr (RR) rr0_[it_] = L0;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
           const int r1 = r1_0 + u_;
           const float v0 = L0.v[u_];
           acc = coil::MaxOp::apply(acc, float(v0));
         }
+      };
+      if constexpr (RR) {
+        #pragma unroll
+        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
+          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        }
+      } else {
+        for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);
       }
       acc = coil::group_reduce<G, coil::MaxOp>(acc);
       buf1_v = acc;
@@ -38,11 +49,11 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
     // buf2
     {
       float acc = float(0);
-      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+      auto step_ = [&](const int e_, [[maybe_unused]] const int it_) {
         const int r3_q = e_;
         const int r3_0 = r3_q * V;
-        const coil::Vec<float, V> L0 = RC ? rc0_[e_] : *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
-        // buf3 reads v4 from rc0_: buf2's v3, computed once
+        const coil::Vec<float, V> L0 = CC ? (RC ? rc0_[e_] : rr0_[it_]) : *(const coil::Vec<float, V>*)(in0 + 16*x0 + r3_0);
+        // buf3 reads v4 from the row cache (rc0_): buf2's v3, computed once
         [[maybe_unused]] coil::Vec<float, V> W0_;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
@@ -51,20 +62,28 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v1 = buf1_v;
           const float v2 = float(v0 - v1);
           const float v3 = coil::m::exp(float(v2));
-          if constexpr (RC) W0_.v[u_] = v3;
+          if constexpr (CC) W0_.v[u_] = v3;
           acc = coil::SumOp::apply(acc, float(v3));
         }
-        if constexpr (RC) rc0_[e_] = W0_;
+        if constexpr (RC) rc0_[e_] = W0_; else if constexpr (RR) rr0_[it_] = W0_;
+      };
+      if constexpr (RR) {
+        #pragma unroll
+        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
+          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        }
+      } else {
+        for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);
       }
       acc = coil::group_reduce<G, coil::SumOp>(acc);
       buf2_v = acc;
     }
     // buf3
     {
-      for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) {
+      auto step_ = [&](const int e_, [[maybe_unused]] const int it_) {
         const int i5_q = e_;
         const int i5_0 = i5_q * V;
-        const coil::Vec<float, V> L0 = RC ? rc0_[e_] : *(const coil::Vec<float, V>*)(in0 + 16*x0 + i5_0);
+        const coil::Vec<float, V> L0 = CC ? (RC ? rc0_[e_] : rr0_[it_]) : *(const coil::Vec<float, V>*)(in0 + 16*x0 + i5_0);
         coil::Vec<float, V> S_;
         #pragma unroll
         for (int u_ = 0; u_ < V; ++u_) {
@@ -73,11 +92,19 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v1 = buf1_v;
           const float v2 = buf2_v;
           const float v3 = float(v0 - v1);
-          const float v4 = RC ? L0.v[u_] : coil::m::exp(float(v3));
+          const float v4 = CC ? L0.v[u_] : coil::m::exp(float(v3));
           const float v5 = float(v4 / v2);
           S_.v[u_] = float(v5);
         }
         *(coil::Vec<float, V>*)(buf3 + 16*x0 + i5_0) = S_;
+      };
+      if constexpr (RR) {
+        #pragma unroll
+        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
+          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        }
+      } else {
+        for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);
       }
     }
   }
