@@ -140,21 +140,19 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   std::vector<std::string> qvars = vars;
   const std::string last = vars.back();
   qvars.back() = last + "_q";
-  // Loops that read cached steps count them (it_, the register cache's index), fully unrolled
-  // in _wv where the count is a constant.
+  // In a kernel with the register cache (row_regs_), a loop that reads cached steps is a lambda
+  // over (e_, it_): _wv's register arrays (RR) need the lane's step count it_ as a constant, so
+  // that instantiation runs it fully unrolled; the other entry points run the plain loop.
   bool cached = false;
   for (size_t m : members) {
     if (!row_regs_) break;
     const ComputeNode& n = *nodes_[m];
     Expr var = row_inner_var(n).first;
     for (const Instr& in : n.body.instrs)
-      if (!row_cache_.empty() && in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
+      if (in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
           stride_along(flat_index(in.buffer, in.index), var) == std::optional<int64_t>(1))
         cached = cached || row_cache_.count(row_load_key(m, in, row_loop_ranges(n)));
   }
-  // A loop that reads cached steps is a lambda over (e_, it_): _wv's register cache (RR) needs
-  // the step count it_ as a constant, so that instantiation runs it fully unrolled; the others
-  // run the plain loop.
   const std::string steps = "(" + T + ")((" + idx(product(ranges)) + ") / V)";
   if (cached) {
     open("auto step_ = [&](const " + T + " e_, [[maybe_unused]] const int it_) {");
