@@ -11,16 +11,31 @@
 
 namespace coil::backend::cuda::detail {
 
-// The key of a row loop's stride-1 load: its buffer and element index with the member's
-// inner variables named canonically, and the inner ranges (equal keys: the same elements,
-// visited by the same thread at the same step).
-std::string KernelEmitter::row_load_key(size_t m, const Instr& in,
-                                        const std::vector<Expr>& ranges) {
+// Names member m's inner variables c0_, c1_, ..., the same in every member: the keys below
+// compare two members' accesses and values element by element.
+void KernelEmitter::bind_canonical_names(size_t m) {
   std::vector<std::string> canon;
-  for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
+  for (size_t j = 0; j < row_loop_ranges(*nodes_[m]).size(); ++j)
+    canon.push_back("c" + std::to_string(j) + "_");
   bind_member_names(m, canon);
-  return buf(in.buffer).name + "[" + idx(flat_index(in.buffer, in.index)) + "] over " +
-         ranges_text(ranges);
+}
+
+// The key of an element member m accesses in its row loop: buffer and element index with the
+// inner variables named canonically, and the inner ranges (equal keys: the same element,
+// visited by the same thread at the same step). A load's (row_load_key) equal to a pointwise
+// member's store (row_store_key) reads what that member stored.
+std::string KernelEmitter::row_element_key(size_t m, BufferId b, const std::vector<Expr>& index) {
+  bind_canonical_names(m);
+  return buf(b).name + "[" + idx(flat_index(b, index)) + "] over " +
+         ranges_text(row_loop_ranges(*nodes_[m]));
+}
+
+std::string KernelEmitter::row_load_key(size_t m, const Instr& in) {
+  return row_element_key(m, in.buffer, in.index);
+}
+
+std::string KernelEmitter::row_store_key(size_t m) {
+  return row_element_key(m, nodes_[m]->out, nodes_[m]->store_index);
 }
 
 std::vector<Expr> KernelEmitter::row_loop_ranges(const ComputeNode& n) {
@@ -35,13 +50,10 @@ std::string KernelEmitter::slot_read(const RowCacheSlot& slot) const {
   return "(RC ? " + slot.name + "[e_] : " + slot.reg + "[it_])";
 }
 
-std::string KernelEmitter::slot_write(const std::string& slot, const std::string& value) const {
-  if (!row_regs_) return "if constexpr (RC) " + slot + "[e_] = " + value + ";";
-  const RowCacheSlot* s = nullptr;
-  for (const auto& [key, c] : row_cache_)
-    if (c.name == slot) s = &c;
-  return "if constexpr (RC) " + slot + "[e_] = " + value + "; else if constexpr (RR) " + s->reg +
-         "[it_] = " + value + ";";
+std::string KernelEmitter::slot_write(const RowCacheSlot& slot, const std::string& value) const {
+  const std::string shared = "if constexpr (RC) " + slot.name + "[e_] = " + value + ";";
+  if (!row_regs_) return shared;
+  return shared + " else if constexpr (RR) " + slot.reg + "[it_] = " + value + ";";
 }
 
 // Which stride-1 row loads the _bv entry point caches in shared memory: those that more
@@ -66,7 +78,7 @@ void KernelEmitter::plan_row_cache() {
       bool written = false;
       for (BufferId w : written_) written = written || root(w) == root(in.buffer);
       if (written) continue;
-      std::string key = row_load_key(m, in, ranges);
+      std::string key = row_load_key(m, in);
       if (!members_of.count(key)) order.push_back(key);
       members_of[key].insert(m);
       what[key] = {in.buffer, *elems};
@@ -155,10 +167,7 @@ std::vector<bool> reached_from(const loop::Body& b, InstrId root, InstrId cut = 
 // by their own keys, interned in `intern` so keys stay short).
 std::vector<std::string> KernelEmitter::value_keys(size_t m, std::map<std::string, int>& intern) {
   const ComputeNode& n = *nodes_[m];
-  std::vector<std::string> canon;
-  for (size_t j = 0; j < row_loop_ranges(n).size(); ++j)
-    canon.push_back("c" + std::to_string(j) + "_");
-  bind_member_names(m, canon);
+  bind_canonical_names(m);
   std::vector<std::string> keys(n.body.instrs.size());
   value_names_ = &keys;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -182,8 +191,8 @@ std::vector<std::string> KernelEmitter::value_keys(size_t m, std::map<std::strin
 // slot before it is a plain reduction over the same ranges, and B uses the slot's element only
 // through a value A computes too (equal value_keys) that costs more than a few ALU operations,
 // A writes that value over the slot (the slot's own element is dead after A) and B reads it
-// back in place of the computation. Only the _bv entry point has the cache; the others
-// recompute as before.
+// back in place of the computation. The entry points with a row cache (_bv; _wv where rows
+// are short) do; the others recompute as before.
 void KernelEmitter::plan_value_cache() {
   value_cache_.clear();
   std::map<std::string, int> intern;
@@ -204,13 +213,12 @@ void KernelEmitter::plan_value_cache() {
         if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
         if (stride_along(flat_index(in.buffer, in.index), var) != std::optional<int64_t>(1))
           continue;
-        if (row_load_key(m, in, row_loop_ranges(n)) == key)
-          readers.push_back({m, static_cast<InstrId>(i)});
+        if (row_load_key(m, in) == key) readers.push_back({m, static_cast<InstrId>(i)});
       }
     }
     if (readers.size() < 2) continue;
     const auto [b, b_load] = readers.back();
-    const auto [a, a_load] = readers[readers.size() - 2];
+    const size_t a = readers[readers.size() - 2].first;
     const ComputeNode& A = *nodes_[a];
     const ComputeNode& B = *nodes_[b];
     if (a == b || B.is_reduction() || !A.is_reduction() || A.reduce == ReduceKind::ArgMax ||
@@ -246,8 +254,7 @@ void KernelEmitter::plan_value_cache() {
       c.reader = b;
       c.reuse = j;
       c.reader_load = b_load;
-      c.slot = slot.name;
-      c.ctype = slot.ctype;
+      c.slot = &slot;
       c.vec = "W" + std::to_string(value_cache_.size()) + "_";
       value_cache_.push_back(c);
       break;

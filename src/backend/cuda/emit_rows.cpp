@@ -151,7 +151,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     for (const Instr& in : n.body.instrs)
       if (in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
           stride_along(flat_index(in.buffer, in.index), var) == std::optional<int64_t>(1))
-        cached = cached || row_cache_.count(row_load_key(m, in, row_loop_ranges(n)));
+        cached = cached || row_cache_.count(row_load_key(m, in));
   }
   const std::string steps = "(" + T + ")((" + idx(product(ranges)) + ") / V)";
   if (cached) {
@@ -182,14 +182,14 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
           "*(const coil::Vec<" + E + ", V>*)(" + buf(in.buffer).name + " + " + idx(flat) + ")";
       auto slot = row_cache_.end();
       if (!row_cache_.empty()) {
-        slot = row_cache_.find(row_load_key(m, in, row_loop_ranges(n)));
+        slot = row_cache_.find(row_load_key(m, in));
         bind_member_names(m, first_vars);
       }
       if (slot == row_cache_.end()) {
         line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
       } else if (!slot->second.filled) {
         line("const coil::Vec<" + E + ", V> " + name + " = " + global + ";");
-        line(slot_write(slot->second.name, name));
+        line(slot_write(slot->second, name));
         slot->second.filled = true;
       } else {
         line("const coil::Vec<" + E + ", V> " + name + " = CC ? " + slot_read(slot->second) +
@@ -207,9 +207,9 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     if (std::find(members.begin(), members.end(), c.writer) == members.end()) continue;
     written.push_back(&c);
     line("// " + buf(nodes_[c.reader]->out).name + " reads v" + std::to_string(c.reuse) +
-         " from the row cache (" + c.slot + "): " + buf(nodes_[c.writer]->out).name + "'s v" +
+         " from the row cache (" + c.slot->name + "): " + buf(nodes_[c.writer]->out).name + "'s v" +
          std::to_string(c.value) + ", computed once");
-    line("[[maybe_unused]] coil::Vec<" + c.ctype + ", V> " + c.vec + ";");
+    line("[[maybe_unused]] coil::Vec<" + c.slot->ctype + ", V> " + c.vec + ";");
   }
   for (const RowPart& part : parts) {
     if (!part.per_element) {
@@ -226,7 +226,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     vec_mode_ = false;
     close();
   }
-  for (const ValueCache* c : written) line(slot_write(c->slot, c->vec));
+  for (const ValueCache* c : written) line(slot_write(*c->slot, c->vec));
   if (stores) {
     const ComputeNode& n = *nodes_[storing];
     bind_member_names(storing, first_vars);
@@ -531,18 +531,6 @@ size_t KernelEmitter::one_pass_reductions_end(size_t m) {
   return end;
 }
 
-// The key of the element a pointwise row member m stores, in row_load_key's form: a load
-// with the same key reads what m stored in the same step of the same thread.
-std::string KernelEmitter::row_store_key(size_t m) {
-  const ComputeNode& n = *nodes_[m];
-  const std::vector<Expr> ranges = row_loop_ranges(n);
-  std::vector<std::string> canon;
-  for (size_t j = 0; j < ranges.size(); ++j) canon.push_back("c" + std::to_string(j) + "_");
-  bind_member_names(m, canon);
-  return buf(n.out).name + "[" + idx(flat_index(n.out, n.store_index)) + "] over " +
-         ranges_text(ranges);
-}
-
 // A pointwise member m that loops over the row and stores, followed by reductions over the same
 // inner ranges that read its output only at the element it stores in the same step (GPT-2's
 // loss: the contiguous copy of the sliced logits, then their max) and none of each other's
@@ -567,7 +555,7 @@ size_t KernelEmitter::pointwise_reductions_end(size_t m) {
     for (const Instr& in : r.body.instrs) {
       if (in.kind != InstrKind::Load) continue;
       if (in.buffer == p.out && in.mask < 0) {
-        ok = ok && row_load_key(end, in, ranges) == stored;
+        ok = ok && row_load_key(end, in) == stored;
       } else {
         ok = ok && !outs.count(root(in.buffer));
       }
@@ -598,14 +586,8 @@ void KernelEmitter::emit_reduction_loop(size_t first, size_t end, bool lead) {
   auto acc_name = [&](size_t m) {
     return end - red > 1 ? "acc" + std::to_string(m - red) : std::string("acc");
   };
-  std::vector<std::string> rvars;
-  if (lead) {
-    const ComputeNode& p = *nodes_[first];
-    for (size_t j = k_.outer_ranges.size(); j < p.index_vars.size(); ++j)
-      rvars.push_back(cpp_identifier(p.index_vars[j]->name));
-  } else {
-    for (Expr v : nodes_[first]->reduction_vars) rvars.push_back(cpp_identifier(v->name));
-  }
+  std::vector<std::string> rvars;  // the loop's names: the first member's inner variables
+  for (Expr v : row_inner_vars(*nodes_[first])) rvars.push_back(cpp_identifier(v->name));
   std::vector<size_t> members;
   std::vector<RowPart> parts;
   if (lead) {

@@ -257,8 +257,8 @@ std::string KernelEmitter::emit_body(const ComputeNode& n) {
     const ValueCache* reused = vec_mode_ ? value_reused(id) : nullptr;
     if (reused) e = "CC ? " + vec_loads_.at({member_, reused->reader_load}) + ".v[u_] : " + e;
     line("const " + compute_ctype(in.dtype) + " " + tmp(id) + " = " + e + ";");
-    if (vec_mode_ && value_written(id))
-      line("if constexpr (CC) " + value_written(id)->vec + ".v[u_] = " + tmp(id) + ";");
+    if (const ValueCache* written = vec_mode_ ? value_written(id) : nullptr)
+      line("if constexpr (CC) " + written->vec + ".v[u_] = " + tmp(id) + ";");
     if (in.kind == InstrKind::Indirect)
       line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
   }

@@ -102,7 +102,10 @@ class KernelEmitter {
   void emit_row_loop(const std::vector<size_t>& members, const std::vector<std::string>& vars,
                      const std::vector<Expr>& ranges, const std::vector<RowPart>& parts);
   void emit_rows();
-  std::string row_load_key(size_t m, const Instr& in, const std::vector<Expr>& ranges);
+  void bind_canonical_names(size_t m);
+  std::string row_element_key(size_t m, BufferId b, const std::vector<Expr>& index);
+  std::string row_load_key(size_t m, const Instr& in);
+  std::string row_store_key(size_t m);
   std::vector<Expr> row_loop_ranges(const ComputeNode& n);
   void plan_row_cache();
   std::vector<std::string> value_keys(size_t m, std::map<std::string, int>& intern);
@@ -119,7 +122,6 @@ class KernelEmitter {
   size_t one_pass_reductions_end(size_t m);
   void emit_one_pass_reductions(size_t first, size_t end);
   void emit_reduction_loop(size_t first, size_t end, bool lead = false);
-  std::string row_store_key(size_t m);
   size_t pointwise_reductions_end(size_t m);
   InstrId online_max_load(size_t m);
   void emit_online_max_sum(size_t m, InstrId max_load);
@@ -166,15 +168,16 @@ class KernelEmitter {
   std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared/register array
   bool row_regs_ = false;  // _wv keeps the row cache in registers (RR may be true)
   std::string slot_read(const RowCacheSlot& slot) const;
-  std::string slot_write(const std::string& slot, const std::string& value) const;
+  std::string slot_write(const RowCacheSlot& slot, const std::string& value) const;
   // A value member `writer` computes per element (instruction `value`) that the later member
   // `reader` computes again (instruction `reuse`): the writer gathers it in the register
-  // vector `vec` and stores it over the row cache array `slot`, whose element the reader
-  // loads (`reader_load`) and uses for nothing else (plan_value_cache).
+  // vector `vec` and stores it over the row cache `slot` (an entry of row_cache_), whose
+  // element the reader loads (`reader_load`) and uses for nothing else (plan_value_cache).
   struct ValueCache {
     size_t writer = 0, reader = 0;
     InstrId value = -1, reuse = -1, reader_load = -1;
-    std::string slot, ctype, vec;
+    const RowCacheSlot* slot = nullptr;
+    std::string vec;
   };
   std::vector<ValueCache> value_cache_;
   const std::vector<std::string>* value_names_ = nullptr;  // tmp()'s names while keying

@@ -185,6 +185,11 @@ CudaSource emit_graph(const std::string& text) {
   return backend::cuda::emit_cuda(lowered.program, s, o);
 }
 
+// The kernels' text of a graph, prelude left out.
+std::string code_of(const std::string& text) {
+  return backend::cuda::strip_prelude(emit_graph(text).code);
+}
+
 TEST(EmitCuda, LoweredGraphsCompile) {
   const char* graphs[] = {
       "graph(%0: f32[1000]@cuda, %1: f32[1000]@cuda):\n"
@@ -383,9 +388,6 @@ TEST(EmitCuda, IndependentReductionsShareOnePass) {
 // points), as stored (a bf16 output rounded first), and do not read the buffer back. The
 // variance after the mean reads the mean: its own pass.
 TEST(EmitCuda, ReductionsOfAStoredRowShareItsLoop) {
-  auto code_of = [](const std::string& text) {
-    return backend::cuda::strip_prelude(emit_graph(text).code);
-  };
   for (const char* t : {"f32", "bf16"}) {
     const std::string T = t;
     const std::string code = code_of("graph(%0: " + T + "[64, 2048]@cuda):\n  %1: " + T +
@@ -417,9 +419,6 @@ TEST(EmitCuda, ReductionsOfAStoredRowShareItsLoop) {
 // only a subtraction, not worth a shared store: no value cache. A bf16 row cache cannot hold
 // the f32 exp.
 TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
-  auto code_of = [](const char* text) {
-    return backend::cuda::strip_prelude(emit_graph(text).code);
-  };
   const std::string sm = code_of(
       "graph(%0: f32[64, 2048]@cuda):\n"
       "  %1: f32[64, 2048]@cuda = aten._softmax.default(%0, -1, false)\n"
@@ -474,7 +473,7 @@ TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
     for (size_t at; (at = t.find("DT")) != std::string::npos;) t.replace(at, 2, dt);
     return t;
   };
-  const std::string bf = backend::cuda::strip_prelude(emit_graph(graph("bf16")).code);
+  const std::string bf = code_of(graph("bf16"));
   EXPECT_NE(bf.find("coil::fast::exp("), std::string::npos) << bf;
   EXPECT_NE(bf.find("coil::fast::div("), std::string::npos) << bf;
   EXPECT_EQ(bf.find("coil::m::exp("), std::string::npos) << bf;
