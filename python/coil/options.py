@@ -41,6 +41,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_conv_allow_tf32": bool,
     "cuda_autotune": bool,
     "cuda_compile_jobs": int,
+    "cuda_row_entry": str,
     "cuda_online_softmax": bool,
     "cuda_fast_math": bool,
     "symbol_ranges": str,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "coil/backend/common/sha256.h"
@@ -139,8 +140,10 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
   if (!known) {
     const bool tune =
         options_.cuda_autotune && work * std::max<int64_t>(row, 1) >= cu::kTuneMinElements;
-    c = tune ? tuned(k, work, row, aligned, args, stream)
-             : cu::choose_launch(info, work, row, aligned, *kernels_.device);
+    const std::optional<cu::LaunchConfig> forced = forced_row_entry(info, work, row, aligned);
+    c = forced ? *forced
+        : tune ? tuned(k, work, row, aligned, args, stream)
+               : cu::choose_launch(info, work, row, aligned, *kernels_.device);
     std::lock_guard<std::mutex> lock(tune_mu_);
     last_[k] = {work, row, aligned, c};
   }
@@ -148,6 +151,21 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
   const cu::CUresult r = d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0,
                                            static_cast<cu::CUstream>(stream), args, nullptr);
   if (r != 0) d->check_run(r, ("cuLaunchKernel " + info.name).c_str());
+}
+
+// Option cuda_row_entry (tests, A/B benchmarks): a row kernel that has the entry point of that
+// suffix runs its first candidate configuration; nullopt where it has none.
+std::optional<cu::LaunchConfig> CudaSteps::forced_row_entry(const cu::CudaKernel& info,
+                                                            int64_t work, int64_t row,
+                                                            bool aligned) const {
+  const std::string& suffix = options_.cuda_row_entry;
+  if (info.kind != cu::KernelKind::Rows || suffix.empty()) return std::nullopt;
+  for (const cu::LaunchConfig& c :
+       cu::launch_candidates(info, work, row, aligned, *kernels_.device)) {
+    const std::string name = cu::entry_name(info, c.entry);
+    if (name.size() > suffix.size() && name.ends_with(suffix)) return c;
+  }
+  return std::nullopt;
 }
 
 cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned, void** args,

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ class CudaSteps {
   };
   // The measured best configuration for kernel k at these sizes (memory, then the disk cache,
   // then measuring launch_candidates on `stream`; every candidate recomputes the same output).
+  std::optional<backend::cuda::LaunchConfig> forced_row_entry(const backend::cuda::CudaKernel& info,
+                                                              int64_t work, int64_t row,
+                                                              bool aligned) const;
   backend::cuda::LaunchConfig tuned(int k, int64_t work, int64_t row, bool aligned, void** args,
                                     void* stream) const;
   mutable std::mutex tune_mu_;

@@ -210,6 +210,29 @@ def test_stored_row_and_its_reductions_in_one_loop(dtype, cols):
     torch.testing.assert_close(got[3], want[3], rtol=1e-5, atol=1e-5)
 
 
+# Every row entry point, forced (option cuda_row_entry), on softmax (the exp left in the row
+# cache), LayerNorm (two cached inputs' worth of passes) and log-softmax with special values:
+# _br keeps the row in registers in a block of a fixed size, ragged where the steps do not
+# fill it (1000 columns: 250 steps over 256 threads); 8192 as the benchmark's softmax.
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", ["_b", "_wv", "_bv", "_br"])
+@pytest.mark.parametrize("dtype,cols", [(torch.float32, 1000), (torch.float32, 8192),
+                                        (torch.bfloat16, 4096), (torch.float16, 2048)])
+def test_row_entry_points(entry, dtype, cols):
+    x = _randn(67, cols, dtype=dtype) * 4
+    x[1, ::3] = float("-inf")
+    w, b = _randn(cols, dtype=dtype), _randn(cols, dtype=dtype)
+    opts = {"cuda_row_entry": entry}
+    tol = TOL[dtype]
+    got, want = _run(lambda a: torch.softmax(a, -1), x, options=opts)
+    torch.testing.assert_close(got, want, **tol)
+    got, want = _run(lambda a: torch.log_softmax(a.float(), -1), x, options=opts)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    y = x.nan_to_num(neginf=0.0)
+    got, want = _run(lambda a, ww, bb: F.layer_norm(a, (cols,), ww, bb), y, w, b, options=opts)
+    torch.testing.assert_close(got, want, **tol)
+
+
 @pytest.mark.gpu
 def test_softmax_unaligned_rows_take_scalar_entries():
     x = _randn(64 * 1024 + 1)

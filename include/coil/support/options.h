@@ -32,6 +32,7 @@ namespace coil {
   X(bool, cuda_conv_allow_tf32, true, false)     /* fp32 convs may use TF32 (cudnn.allow_tf32) */ \
   X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */    \
   X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
+  X(std::string, cuda_row_entry, "", false)      /* "_br": force a row entry point (tests) */     \
   X(bool, cuda_online_softmax, false, true)      /* softmax's max and sum in one pass */          \
   X(bool, cuda_fast_math, true, true)            /* approx exp/div where outputs are bf16/f16 */  \
   X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" symbol ranges (ShapeEnv) */   \

@@ -141,11 +141,11 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   const std::string last = vars.back();
   qvars.back() = last + "_q";
   // In a kernel with the register cache (row_regs_), a loop that reads cached steps is a lambda
-  // over (e_, it_): _wv's register arrays (RR) need the lane's step count it_ as a constant, so
-  // that instantiation runs it fully unrolled; the other entry points run the plain loop.
+  // over (e_, it_): the register arrays (RR: _wv, _br) need the lane's step count it_ as a
+  // constant, so those instantiations run it fully unrolled; the others run the plain loop.
   bool cached = false;
   for (size_t m : members) {
-    if (!row_regs_) break;
+    if (row_regs_.empty()) break;
     const ComputeNode& n = *nodes_[m];
     Expr var = row_inner_var(n).first;
     for (const Instr& in : n.body.instrs)
@@ -250,8 +250,8 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   close("};");
   open("if constexpr (RR) {");
   line("#pragma unroll");
-  open("for (int it_ = 0; it_ < (" + steps + " + 31) / 32; ++it_) {");
-  line("if (lane_ + it_ * 32 < " + steps + ") step_(lane_ + it_ * 32, it_);");
+  open("for (int it_ = 0; it_ < (" + steps + " + G - 1) / G; ++it_) {");
+  line("if (lane_ + it_ * G < " + steps + ") step_(lane_ + it_ * G, it_);");
   close();
   close("} else {");
   ++indent_;
@@ -274,21 +274,33 @@ void KernelEmitter::emit_rows() {
   if (!row_cache_.empty()) {
     // The block-per-row vector entry point keeps the inputs that several members read in
     // shared memory: each thread reads back only the steps it loaded itself, so no barrier.
-    // The warp-per-row one keeps them in registers where they are few (kRowRegisterBytes).
-    int64_t lane_bytes = 0;
-    for (const auto& [key, slot] : row_cache_)
-      lane_bytes += (slot.elements / vec + 31) / 32 * vec * slot.elem_size;
-    // Kernels without it keep the plain loops (the step lambda measured slower in _bv).
-    row_regs_ = lane_bytes <= kRowRegisterBytes;
+    // Where they take few registers a lane (kRowRegisterBytes), the warp-per-row one keeps
+    // them in registers; where a warp cannot, _br does, a block per row of a fixed size
+    // (kRegisterBlocks): no shared memory to limit the blocks per SM.
+    auto lane_bytes = [&](int64_t g) {
+      int64_t bytes = 0;
+      for (const auto& [key, slot] : row_cache_)
+        bytes += (slot.elements / vec + g - 1) / g * vec * slot.elem_size;
+      return bytes;
+    };
+    row_regs_.clear();
+    if (lane_bytes(32) <= kRowRegisterBytes) row_regs_.push_back(32);
+    for (int t : kRegisterBlocks)
+      if (row_regs_.empty() && lane_bytes(t) <= kRowRegisterBytes) {
+        info_.block_regs = t;
+        row_regs_.push_back(t);
+      }
+    // Kernels without them keep the plain loops (the step lambda measured slower in _bv).
     line("constexpr bool RC = G == 0 && V > 1;");
-    if (row_regs_) line("constexpr bool RR = G == 32 && V > 1;");
-    line(row_regs_ ? "constexpr bool CC = RC || RR;" : "constexpr bool CC = RC;");
+    if (!row_regs_.empty())
+      line("constexpr bool RR = G == " + std::to_string(row_regs_[0]) + " && V > 1;");
+    line(row_regs_.empty() ? "constexpr bool CC = RC;" : "constexpr bool CC = RC || RR;");
     for (const auto& [key, slot] : row_cache_) {
       line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
            std::to_string(slot.elements) + " / V : 1];");
-      if (row_regs_)
+      if (!row_regs_.empty())
         line("[[maybe_unused]] coil::Vec<" + slot.ctype + ", V> " + slot.reg + "[RR ? (" +
-             std::to_string(slot.elements) + " / V + 31) / 32 : 1];");
+             std::to_string(slot.elements) + " / V + G - 1) / (RR ? G : 1) : 1];");
     }
   }
   // G: 32 a warp per row, 0 the block per row, -C the column layout (row_column_width).
@@ -412,9 +424,10 @@ void KernelEmitter::emit_rows() {
   // registers, but reductions share slots; group_reduce syncs after itself).
   close();
   close();
-  auto entry = [&](const std::string& suffix, const std::string& args) {
-    line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + suffix + "(" +
-         param_list() + ") {");
+  auto entry = [&](const std::string& suffix, const std::string& args,
+                   const std::string& bounds = "1024") {
+    line("extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + k_.name + suffix +
+         "(" + param_list() + ") {");
     line("  " + k_.name + "_impl<" + args + ">(" + arg_list() + ");");
     line("}");
   };
@@ -428,9 +441,14 @@ void KernelEmitter::emit_rows() {
     entry("_bv", "0, " + V);
   }
   if (info_.column > 0) entry("_c", std::to_string(-info_.column));
+  // Launched with exactly block_regs threads (the register arrays are sized for it), and
+  // registers capped so that kRegisterBlockWarps warps fit an SM.
+  if (const int t = info_.block_regs; t > 0)
+    entry("_br", std::to_string(t) + ", " + V,
+          std::to_string(t) + ", " + std::to_string(std::max(1, kRegisterBlockWarps * 32 / t)));
   line("");
   row_vec_ = false;
-  row_regs_ = false;
+  row_regs_.clear();
   row_cache_.clear();
   value_cache_.clear();
 }

@@ -34,8 +34,16 @@ constexpr int64_t kStreamingRowBytes = 32 * 1024;
 // memory is 48 KiB a block; the group reductions take a little of it).
 constexpr int64_t kRowCacheBytes = 40 * 1024;
 // The warp-per-row vector entry point (_wv) keeps them in registers instead where they take at
-// most this many bytes a lane (24 registers: a row of 512 floats and its byte mask).
+// most this many bytes a lane (24 registers: a row of 512 floats and its byte mask), and so
+// does the block-per-row one of a fixed block size (_br), with the fewest threads of
+// kRegisterBlocks that bring a row under it, its registers capped so that kRegisterBlockWarps
+// warps fit an SM. Measured on the H100 (docs/decisions.md): 512 threads and 48 warps (40
+// registers) ran softmax over 8192 floats in 0.182 ms, 58 registers and 32 warps 0.183, 32
+// registers 0.191, 1024 threads 0.195; LayerNorm over 4096 0.181 with 512 threads, 0.183-0.184
+// with 256.
 constexpr int64_t kRowRegisterBytes = 96;
+constexpr int kRegisterBlocks[] = {512, 1024};
+constexpr int kRegisterBlockWarps = 48;
 
 // The C type of a buffer element (bool is stored as a byte).
 inline std::string ctype(DType t) {
@@ -166,7 +174,9 @@ class KernelEmitter {
     bool filled = false;  // emitted: the first member's loop stores it
   };
   std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared/register array
-  bool row_regs_ = false;  // _wv keeps the row cache in registers (RR may be true)
+  // Group sizes G whose instantiation keeps the row cache in registers (RR): 32 (_wv) and
+  // CudaKernel::block_regs (_br); empty: the cache is in shared memory only (_bv).
+  std::vector<int> row_regs_;
   std::string slot_read(const RowCacheSlot& slot) const;
   std::string slot_write(const RowCacheSlot& slot, const std::string& value) const;
   // A value member `writer` computes per element (instruction `value`) that the later member

@@ -38,6 +38,7 @@ std::string entry_name(const CudaKernel& k, int entry) {
     return base + pointwise[entry];
   }
   if (entry == 4) return k.column > 0 ? base + "_c" : "";
+  if (entry == 5) return k.block_regs > 0 ? base + "_br" : "";
   if (entry >= 2 && k.vec == 0) return "";
   if (entry == 0 && k.vec > 0) return "";  // vector row kernels have no scalar _w
   static const char* const rows[] = {"_w", "_b", "_wv", "_bv"};
@@ -130,6 +131,12 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
   // hardware starts the next row's block as soon as a block finishes.
   for (int64_t t : {256, 512})
     add({1 + vec, clamp_grid(work, int64_t{2147483647}), static_cast<unsigned>(t)});
+  // The block per row that keeps the row in registers runs its own block size only.
+  if (k.block_regs > 0 && vec > 0) {
+    const int64_t t = k.block_regs;
+    add({5, clamp_grid(work, sms * (2048 / t) * 4), static_cast<unsigned>(t)});
+    add({5, clamp_grid(work, int64_t{2147483647}), static_cast<unsigned>(t)});
+  }
   return out;
 }
 

@@ -121,7 +121,8 @@ TEST(EmitCuda, ReReadRowsAreCachedInSharedMemory) {
   const std::string ln = backend::cuda::strip_prelude(emit(b1.p).code);
   EXPECT_NE(ln.find("__shared__ coil::Vec<float, V> rc0_[RC ? 4096 / V : 1];"), std::string::npos)
       << ln;
-  EXPECT_NE(ln.find("CC ? rc0_[e_] :"), std::string::npos) << ln;
+  // ... and _br (a block of 512 threads) in registers.
+  EXPECT_NE(ln.find("CC ? (RC ? rc0_[e_] : rr0_[it_]) :"), std::string::npos) << ln;
   ProgramBuilder b2;
   build_softmax(b2, b2.c(4), b2.c(16384));
   EXPECT_EQ(backend::cuda::strip_prelude(emit(b2.p).code).find("__shared__"), std::string::npos);
@@ -426,10 +427,15 @@ TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
   EXPECT_NE(sm.find("if constexpr (CC) W0_.v[u_] = v"), std::string::npos) << sm;
   EXPECT_NE(sm.find("if constexpr (RC) rc0_[e_] = W0_;"), std::string::npos) << sm;
   EXPECT_NE(sm.find(" = CC ? L0.v[u_] : coil::m::exp("), std::string::npos) << sm;
-  // Rows of 2048 floats are 256 bytes a lane in _wv: no register cache there; rows of 512
-  // (attention's) are 64 and get one.
-  EXPECT_EQ(sm.find("constexpr bool RR"), std::string::npos) << sm;
-  EXPECT_EQ(sm.find("step_"), std::string::npos) << sm;  // plain loops
+  // Rows of 2048 floats are 256 bytes a lane in _wv: no register cache there, but 16 in a
+  // block of 512 threads, the _br entry point (its launch bounds: the block it must run with,
+  // 3 blocks an SM).
+  // (A row cache holds at most kRowCacheBytes, 40 bytes a lane of 1024 threads: every kernel
+  // with one has a register-cached instantiation.)
+  EXPECT_NE(sm.find("constexpr bool RR = G == 512 && V > 1;"), std::string::npos) << sm;
+  EXPECT_NE(sm.find("__launch_bounds__(512, 3) kernel0_br("), std::string::npos) << sm;
+  EXPECT_NE(sm.find("kernel0_impl<512, 4>("), std::string::npos) << sm;
+  EXPECT_NE(sm.find("step_(lane_ + it_ * G, it_);"), std::string::npos) << sm;
   const std::string short_rows = code_of(
       "graph(%0: f32[64, 512]@cuda):\n"
       "  %1: f32[64, 512]@cuda = aten._softmax.default(%0, -1, false)\n"
@@ -440,7 +446,8 @@ TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
       short_rows.find("if constexpr (RC) rc0_[e_] = W0_; else if constexpr (RR) rr0_[it_] = W0_;"),
       std::string::npos)
       << short_rows;
-  EXPECT_NE(short_rows.find("step_(lane_ + it_ * 32, it_);"), std::string::npos) << short_rows;
+  EXPECT_NE(short_rows.find("step_(lane_ + it_ * G, it_);"), std::string::npos) << short_rows;
+  EXPECT_EQ(short_rows.find("_br("), std::string::npos) << short_rows;  // _wv holds it
   const std::string ln = code_of(
       "graph(%0: f32[64, 2048]@cuda, %1: f32[2048]@cuda):\n"
       "  %2: f32[64, 1]@cuda = aten.mean.dim(%0, [-1], true)\n"
@@ -582,6 +589,23 @@ TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   for (const auto& c : cands)
     if (c.entry == 1) blocks.insert(c.block);
   EXPECT_EQ(blocks, (std::set<unsigned>{128, 256, 512, 1024}));
+  // The register-cached block per row (_br, entry 5) is measured at its own block size only,
+  // on aligned pointers only, and is never the heuristic's choice.
+  backend::cuda::CudaKernel br = vrows;
+  br.name = "k";
+  br.block_regs = 512;
+  EXPECT_EQ(backend::cuda::entry_name(br, 5), "k_br");
+  EXPECT_EQ(backend::cuda::entry_name(vrows, 5), "");
+  EXPECT_NE(backend::cuda::choose_launch(br, 8192, 8192, true, dev).entry, 5);
+  int with_br = 0;
+  for (const auto& c : backend::cuda::launch_candidates(br, 8192, 8192, true, dev))
+    if (c.entry == 5) {
+      ++with_br;
+      EXPECT_EQ(c.block, 512u);
+    }
+  EXPECT_EQ(with_br, 2);
+  for (const auto& c : backend::cuda::launch_candidates(br, 8192, 8192, false, dev))
+    EXPECT_NE(c.entry, 5);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
   constexpr bool RR = G == 32 && V > 1;
   constexpr bool CC = RC || RR;
   __shared__ coil::Vec<float, V> rc0_[RC ? 16 / V : 1];
-  [[maybe_unused]] coil::Vec<float, V> rr0_[RR ? (16 / V + 31) / 32 : 1];
+  [[maybe_unused]] coil::Vec<float, V> rr0_[RR ? (16 / V + G - 1) / (RR ? G : 1) : 1];
   const int g_ = coil::group_size<G>();
   const int lane_ = coil::group_lane<G>();
   const int64_t rpb_ = coil::rows_per_block<G>();
@@ -37,8 +37,8 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
       };
       if constexpr (RR) {
         #pragma unroll
-        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
-          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        for (int it_ = 0; it_ < ((int)((16) / V) + G - 1) / G; ++it_) {
+          if (lane_ + it_ * G < (int)((16) / V)) step_(lane_ + it_ * G, it_);
         }
       } else {
         for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);
@@ -69,8 +69,8 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
       };
       if constexpr (RR) {
         #pragma unroll
-        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
-          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        for (int it_ = 0; it_ < ((int)((16) / V) + G - 1) / G; ++it_) {
+          if (lane_ + it_ * G < (int)((16) / V)) step_(lane_ + it_ * G, it_);
         }
       } else {
         for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);
@@ -100,8 +100,8 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
       };
       if constexpr (RR) {
         #pragma unroll
-        for (int it_ = 0; it_ < ((int)((16) / V) + 31) / 32; ++it_) {
-          if (lane_ + it_ * 32 < (int)((16) / V)) step_(lane_ + it_ * 32, it_);
+        for (int it_ = 0; it_ < ((int)((16) / V) + G - 1) / G; ++it_) {
+          if (lane_ + it_ * G < (int)((16) / V)) step_(lane_ + it_ * G, it_);
         }
       } else {
         for (int e_ = lane_; e_ < (int)((16) / V); e_ += g_) step_(e_, 0);

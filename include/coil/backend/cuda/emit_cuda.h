@@ -34,7 +34,7 @@ namespace coil::backend::cuda {
 enum class KernelKind { Pointwise, Rows };
 
 struct CudaKernel {
-  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b/_wv/_bv
+  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b/_wv/_bv/_c/_br
   // Where the entry points are: empty for this kernel's own, else the name of an earlier kernel
   // of the same source whose code is the same up to names (emit_cuda compiles it once).
   std::string entry;
@@ -55,6 +55,9 @@ struct CudaKernel {
   // read across rows (a sum over the rows of a row-major matrix): the threads of a warp take
   // `column` adjacent rows, so a warp's load is whole sectors (emit_rows.cpp).
   int column = 0;
+  // Rows: the threads of the block-per-row entry point <name>_br (0: none), which keeps the
+  // row cache in registers, a fixed number of steps per thread (emit_rows.cpp).
+  int block_regs = 0;
 };
 
 struct CudaSource {

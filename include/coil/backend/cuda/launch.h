@@ -12,7 +12,9 @@
 //              scalar entry point, which then serves unaligned pointers at every row length.
 //              Kernels with a column entry point (_c, they read across rows) take it: C
 //              rows per warp, each split over the block's lanes, 128 to 1024 threads chosen
-//              to fill the device with at least 8 elements per lane.
+//              to fill the device with at least 8 elements per lane. The register-cached
+//              block per row (_br, its own fixed block size) is only among the measured
+//              candidates (launch_candidates), never the heuristic's choice.
 // The thresholds are measured choices (docs/decisions.md).
 #pragma once
 
@@ -31,7 +33,7 @@ constexpr int64_t kWarpRowLimit = 1024;
 constexpr unsigned kTiledBlock = 256;
 
 struct LaunchConfig {
-  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _t / _wv, 3: _bv, 4: _c
+  int entry = 0;  // 0: _s / _w, 1: _v / _b, 2: _t / _wv, 3: _bv, 4: _c, 5: _br
   unsigned grid = 1, block = 32;
 };
 
@@ -48,7 +50,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
 // their time is launch latency, which no configuration changes.
 constexpr int64_t kTuneMinElements = int64_t{1} << 20;
 
-// The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv, _c}; "" where absent.
+// The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv, _c, _br}; "" where absent.
 std::string entry_name(const CudaKernel& k, int entry);
 
 }  // namespace coil::backend::cuda
