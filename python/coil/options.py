@@ -25,6 +25,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "strict": bool,
     "fuse": bool,
     "inline_pointwise": bool,
+    "memory_order": bool,
     "max_inline_reads": int,
     "max_pointwise_cat": int,
     "parallel_threshold": int,

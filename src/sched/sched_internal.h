@@ -49,6 +49,10 @@ void fuse_program(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
 // Locals of each kernel (fills KernelPlan::local_buffers).
 void find_locals(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s);
 
+// Re-lists Schedule::order so that fewer intermediates are alive at once, where that lowers the
+// peak (memory_order.cpp); notes the decision in the fusion log.
+void order_for_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s);
+
 MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
                        const Schedule& s);
 

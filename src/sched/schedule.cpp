@@ -1,4 +1,4 @@
-// schedule_program: dependencies -> fusion -> locals -> memory plan.
+// schedule_program: dependencies -> fusion -> locals -> memory-aware order -> memory plan.
 #include "coil/sched/schedule.h"
 
 #include "coil/support/error.h"
@@ -12,6 +12,7 @@ Schedule schedule_program(const loop::LoopProgram& program, const CompileOptions
   Schedule s;
   detail::fuse_program(program, deps, options, s);
   detail::find_locals(program, deps, s);
+  if (options.memory_order) detail::order_for_memory(program, deps, s);
   s.memory = detail::plan_memory(program, deps, s);
   return s;
 }

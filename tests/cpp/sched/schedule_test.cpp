@@ -302,5 +302,70 @@ TEST(Schedule, ViewOfOutputKeepsBaseAlive) {
   }
 }
 
+// Attention's shape: three projections of x (extern calls standing for the matmuls), the
+// scores from two of them, a pointwise softmax-like kernel, and the product with the third.
+// Program order keeps q, k and v alive at the scores' matmul (4 buffers); the memory-aware
+// order runs v's projection after the scores (3 at most), keeps every hazard, and says so in
+// the fusion log; with memory_order off, program order stays.
+TEST(Schedule, MemoryOrderRunsAProjectionLate) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr R = b.c(256), C = b.c(256);
+  auto x = b.input(f, {R, C});
+  auto ext = [&](std::vector<loop::BufferId> in) {
+    auto out = b.buffer(f, {R, C});
+    loop::ExternNode e;
+    e.kind = loop::ExternKind::Fallback;
+    e.op = "aten.mm";
+    e.inputs = std::move(in);
+    e.outputs = {out};
+    b.p.steps.push_back(e);
+    return out;
+  };
+  auto q = ext({x}), k = ext({x}), v = ext({x});
+  auto scores = ext({q, k});
+  auto probs = b.buffer(f, {R, C});
+  b.node(probs, {R, C}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           return bb.op(InstrKind::Exp, f, bb.load(scores, f, {i[0], i[1]}));
+         });
+  auto out = ext({probs, v});
+  b.p.outputs = {out};
+  auto position = [&](const Schedule& s, int step) {
+    for (size_t t = 0; t < s.order.size(); ++t)
+      if (s.order[t].kind == sched::ScheduledStep::Kind::Extern && s.order[t].index == step)
+        return static_cast<int>(t);
+    return -1;
+  };
+  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  check_memory_plan(b.p, s);
+  const int q_at = position(s, 0), k_at = position(s, 1), v_at = position(s, 2);
+  const int scores_at = position(s, 3), out_at = position(s, 5);
+  EXPECT_GT(v_at, scores_at) << sched::print_schedule(b.p, s);
+  EXPECT_LT(q_at, scores_at);
+  EXPECT_LT(k_at, scores_at);
+  EXPECT_LT(v_at, out_at);
+  EXPECT_NE(s.fusion_log.find("memory order: 3 of 6 steps moved, peak of intermediates 1048576 "
+                              "-> 786432 bytes"),
+            std::string::npos)
+      << s.fusion_log;
+  // On the CPU v's projection writes into q's or k's freed storage; on the GPU an extern
+  // call's result is adopted by the runtime, so it gets a storage of its own.
+  EXPECT_TRUE(s.memory.buffer_storage[v] == s.memory.buffer_storage[q] ||
+              s.memory.buffer_storage[v] == s.memory.buffer_storage[k]);
+  for (auto& buffer : b.p.buffers) buffer.device = Device::CUDA;
+  Schedule gpu = sched::schedule_program(b.p, CompileOptions{});
+  check_memory_plan(b.p, gpu);
+  for (loop::BufferId other : {q, k, scores, probs})
+    EXPECT_NE(gpu.memory.buffer_storage[v], gpu.memory.buffer_storage[other]);
+  for (auto& buffer : b.p.buffers) buffer.device = Device::CPU;
+  CompileOptions off;
+  off.memory_order = false;
+  Schedule kept = sched::schedule_program(b.p, off);
+  check_memory_plan(b.p, kept);
+  EXPECT_EQ(position(kept, 2), 2);
+  EXPECT_EQ(kept.fusion_log.find("memory order"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace coil::testing
