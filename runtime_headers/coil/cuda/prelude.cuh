@@ -317,8 +317,8 @@ COIL_INLINE int16_t shfl_xor(int16_t v, int mask) {
 
 // Row kernels' thread groups (emit_rows.cpp): G = 32 a warp per row, G = 0 the whole block
 // per row, G = T > 32 the whole block per row launched with exactly T threads (_br: sizes are
-// compile-time constants), G = -C the column layout: thread t serves row r0 + t % C as lane t / C, so a
-// warp's 32 threads read C adjacent rows (columns of a row-major matrix) at once.
+// compile-time constants), G = -C the column layout: thread t serves row r0 + t % C as lane
+// t / C, so a warp's 32 threads read C adjacent rows (columns of a row-major matrix) at once.
 template <int G>
 COIL_INLINE int group_size() {
   if constexpr (G > 0) return G;

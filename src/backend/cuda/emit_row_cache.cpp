@@ -46,13 +46,13 @@ std::vector<Expr> KernelEmitter::row_loop_ranges(const ComputeNode& n) {
 // A cached step's value in the entry points that cache (CC: shared memory in _bv, registers,
 // indexed by the loop's step it_, in _wv and _br), and the statement that caches one.
 std::string KernelEmitter::slot_read(const RowCacheSlot& slot) const {
-  if (row_regs_.empty()) return slot.name + "[e_]";
+  if (row_regs_ == 0) return slot.name + "[e_]";
   return "(RC ? " + slot.name + "[e_] : " + slot.reg + "[it_])";
 }
 
 std::string KernelEmitter::slot_write(const RowCacheSlot& slot, const std::string& value) const {
   const std::string shared = "if constexpr (RC) " + slot.name + "[e_] = " + value + ";";
-  if (row_regs_.empty()) return shared;
+  if (row_regs_ == 0) return shared;
   return shared + " else if constexpr (RR) " + slot.reg + "[it_] = " + value + ";";
 }
 

@@ -145,7 +145,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   // constant, so those instantiations run it fully unrolled; the others run the plain loop.
   bool cached = false;
   for (size_t m : members) {
-    if (row_regs_.empty()) break;
+    if (row_regs_ == 0) break;
     const ComputeNode& n = *nodes_[m];
     Expr var = row_inner_var(n).first;
     for (const Instr& in : n.body.instrs)
@@ -283,22 +283,18 @@ void KernelEmitter::emit_rows() {
         bytes += (slot.elements / vec + g - 1) / g * vec * slot.elem_size;
       return bytes;
     };
-    row_regs_.clear();
-    if (lane_bytes(32) <= kRowRegisterBytes) row_regs_.push_back(32);
+    row_regs_ = lane_bytes(32) <= kRowRegisterBytes ? 32 : 0;
     for (int t : kRegisterBlocks)
-      if (row_regs_.empty() && lane_bytes(t) <= kRowRegisterBytes) {
-        info_.block_regs = t;
-        row_regs_.push_back(t);
-      }
+      if (row_regs_ == 0 && lane_bytes(t) <= kRowRegisterBytes) row_regs_ = info_.block_regs = t;
     // Kernels without them keep the plain loops (the step lambda measured slower in _bv).
     line("constexpr bool RC = G == 0 && V > 1;");
-    if (!row_regs_.empty())
-      line("constexpr bool RR = G == " + std::to_string(row_regs_[0]) + " && V > 1;");
-    line(row_regs_.empty() ? "constexpr bool CC = RC;" : "constexpr bool CC = RC || RR;");
+    if (row_regs_ != 0)
+      line("constexpr bool RR = G == " + std::to_string(row_regs_) + " && V > 1;");
+    line(row_regs_ == 0 ? "constexpr bool CC = RC;" : "constexpr bool CC = RC || RR;");
     for (const auto& [key, slot] : row_cache_) {
       line("__shared__ coil::Vec<" + slot.ctype + ", V> " + slot.name + "[RC ? " +
            std::to_string(slot.elements) + " / V : 1];");
-      if (!row_regs_.empty())
+      if (row_regs_ != 0)
         line("[[maybe_unused]] coil::Vec<" + slot.ctype + ", V> " + slot.reg + "[RR ? (" +
              std::to_string(slot.elements) + " / V + G - 1) / (RR ? G : 1) : 1];");
     }
@@ -448,7 +444,7 @@ void KernelEmitter::emit_rows() {
           std::to_string(t) + ", " + std::to_string(std::max(1, kRegisterBlockWarps * 32 / t)));
   line("");
   row_vec_ = false;
-  row_regs_.clear();
+  row_regs_ = 0;
   row_cache_.clear();
   value_cache_.clear();
 }

@@ -174,9 +174,9 @@ class KernelEmitter {
     bool filled = false;  // emitted: the first member's loop stores it
   };
   std::map<std::string, RowCacheSlot> row_cache_;  // row_load_key -> shared/register array
-  // Group sizes G whose instantiation keeps the row cache in registers (RR): 32 (_wv) and
-  // CudaKernel::block_regs (_br); empty: the cache is in shared memory only (_bv).
-  std::vector<int> row_regs_;
+  // The group size G whose instantiation keeps the row cache in registers (RR): 32 (_wv) or
+  // CudaKernel::block_regs (_br); 0: the cache is in shared memory only (_bv).
+  int row_regs_ = 0;
   std::string slot_read(const RowCacheSlot& slot) const;
   std::string slot_write(const RowCacheSlot& slot, const std::string& value) const;
   // A value member `writer` computes per element (instruction `value`) that the later member
