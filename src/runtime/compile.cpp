@@ -162,8 +162,8 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   for (size_t i = 0; i < source.kernels.size(); ++i) {
     const cu::CudaKernel& kern = source.kernels[i];
     const cu::Module& module = *(*modules)[unit_of[source.distinct_of[i]]];
-    std::array<void*, 6> fns{};
-    const int entries = kern.kind == cu::KernelKind::Pointwise ? 3 : 6;
+    std::array<void*, cu::kRowEntries> fns{};
+    const int entries = kern.kind == cu::KernelKind::Pointwise ? 3 : cu::kRowEntries;
     for (int e = 0; e < entries; ++e) {
       std::string name = cu::entry_name(kern, e);
       if (!name.empty()) fns[e] = module.function(name);

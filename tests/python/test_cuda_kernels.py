@@ -153,6 +153,49 @@ def test_column_reductions(cols, autotune):
     check(lambda a: (a > 95).any(0), xi, dtype=torch.bool)
 
 
+# The vector column entry point _cv (4 f32 or 8 bf16 adjacent columns a thread, one 128-bit
+# load each), forced against _c: column counts that are a multiple of its width (36: the
+# second block-row redoes the last 4 columns), bf16, and BatchNorm training over a
+# channels-last activation, forward and backward, whose max-pool backward (masked loads, read a
+# column at a time) leads the gradient's reductions.
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", ["_c", "_cv"])
+def test_vector_column_entry(entry, tmp_path):
+    import copy
+
+    opts = {"cuda_row_entry": entry}
+    sums = dict(rtol=1e-4, atol=1e-3)
+    for cols in (36, 768):
+        x, y = _randn(4096, cols), _randn(4096, cols)
+        got, want = _run(lambda a, b: ((a * b).sum(0), a.sum(0)), x, y, options=opts)
+        torch.testing.assert_close(got, want, **sums)
+        got, want = _run(lambda a: a.var(0), x, options=opts)
+        torch.testing.assert_close(got, want, **sums)
+    xb = _randn(4096, 64, dtype=torch.bfloat16)
+    got, want = _run(lambda a: a.sum(0), xb, options=opts)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-1)
+
+    bn = torch.nn.BatchNorm2d(64).cuda()
+    bn_eager = copy.deepcopy(bn)
+    # 16 x 28 x 28 values a channel: the statistics split 8 ways (a [8, 64] first stage, _cv).
+    x = _randn(16, 64, 28, 28).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: F.max_pool2d(torch.relu(bn(a)), 3, 2, 1), backend="coil",
+                             options={"strict": True, "debug_dir": str(tmp_path), **opts})
+    xa, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = compiled(xa)
+    want = F.max_pool2d(torch.relu(bn_eager(xe)), 3, 2, 1)
+    g = torch.randn_like(want)
+    out.backward(g)
+    want.backward(g)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(xa.grad, xe.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bn.weight.grad, bn_eager.weight.grad, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(bn.running_var, bn_eager.running_var, rtol=1e-5, atol=1e-5)
+    kernels = "".join(f.read_text() for f in tmp_path.rglob("05_kernels.cpp"))
+    assert "_cv(" in kernels and "_c(" in kernels
+
+
 @pytest.mark.gpu
 def test_argmax_and_mean_bf16():
     x = _randn(40, 3000)

@@ -44,7 +44,7 @@ using KernelFn = void (*)(void* const* bufs, const int64_t* sizes);
 struct CudaKernels {
   std::shared_ptr<void> module;  // keeps the loaded module alive
   std::vector<backend::cuda::CudaKernel> kernels;
-  std::vector<std::array<void*, 6>> functions;
+  std::vector<std::array<void*, 7>> functions;  // backend::cuda::kRowEntries
   const backend::cuda::DeviceInfo* device = nullptr;
   std::string key;  // identifies the module (hash of its source and NVRTC command), for caches
 };

@@ -31,7 +31,8 @@ std::unordered_set<std::string> renamable_names(const loop::LoopProgram& p,
                                                 const sched::KernelPlan& k,
                                                 const CudaKernel& info) {
   std::unordered_set<std::string> names;
-  for (const char* suffix : {"", "_impl", "_s", "_v", "_w", "_b", "_wv", "_bv", "_c", "_br"})
+  for (const char* suffix :
+       {"", "_impl", "_s", "_v", "_w", "_b", "_wv", "_bv", "_c", "_br", "_cv", "_cv_impl"})
     names.insert(k.name + suffix);
   auto add_buffer = [&](BufferId b) {
     names.insert(p.buffer(b).name);

@@ -437,6 +437,10 @@ void KernelEmitter::emit_rows() {
     entry("_bv", "0, " + V);
   }
   if (info_.column > 0) entry("_c", std::to_string(-info_.column));
+  if (const int w = column_vector_width(); w > 0) {
+    info_.column_vec = w;
+    emit_column_vector(w);
+  }
   // Launched with exactly block_regs threads (the register arrays are sized for it), and
   // registers capped so that kRegisterBlockWarps warps fit an SM.
   if (const int t = info_.block_regs; t > 0)

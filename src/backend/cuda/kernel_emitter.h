@@ -3,7 +3,7 @@
 // members are defined by kind: kernel_emitter.cpp (text, parameters, bodies, loads and
 // stores), emit_pointwise.cpp (pointwise kernels), emit_tiled.cpp (their tiled entry point for
 // transposed access), emit_rows.cpp (row kernels), emit_row_cache.cpp (their shared-memory
-// row cache).
+// row cache), emit_columns.cpp (their vector column entry point _cv).
 #pragma once
 
 #include <functional>
@@ -110,6 +110,10 @@ class KernelEmitter {
   void emit_row_loop(const std::vector<size_t>& members, const std::vector<std::string>& vars,
                      const std::vector<Expr>& ranges, const std::vector<RowPart>& parts);
   void emit_rows();
+  // ---------------------------------------------------------------- vector columns (_cv)
+  bool column_vector_load(size_t m, const Instr& in);
+  int column_vector_width();
+  void emit_column_vector(int width);
   void bind_canonical_names(size_t m);
   std::string row_element_key(size_t m, BufferId b, const std::vector<Expr>& index);
   std::string row_load_key(size_t m, const Instr& in);

@@ -13,17 +13,21 @@ unsigned clamp_grid(int64_t blocks, int64_t limit) {
 // The column entry point (_c, entry 4): C rows per block-row of threads, the block's
 // t / C lanes splitting each row. Threads: `block`, or where 0, enough to fill the device
 // (about 2048 per SM) with at least 8 elements per lane, 128 to 1024.
+// The vector column entry point (_cv, entry 6) alike, its block-rows kColumnVecThreads
+// threads of column_vec rows each.
 LaunchConfig column_launch(const CudaKernel& k, int64_t work, int64_t row_size,
-                           const DeviceInfo& dev, int64_t block) {
+                           const DeviceInfo& dev, int64_t block, bool vec = false) {
   const int64_t sms = std::max(1, dev.sm_count);
-  const int64_t groups = ceil_div(work, k.column);
+  const int64_t per_block_row = vec ? int64_t{kColumnVecThreads} * k.column_vec : k.column;
+  const int64_t groups = ceil_div(work, per_block_row);
   if (block == 0) {
     block = 1024;
-    while (block > 128 && (groups * block > sms * 2048 * 2 || (block / k.column) * 8 > row_size))
+    const int64_t threads = vec ? kColumnVecThreads : k.column;
+    while (block > 128 && (groups * block > sms * 2048 * 2 || (block / threads) * 8 > row_size))
       block /= 2;
   }
   LaunchConfig c;
-  c.entry = 4;
+  c.entry = vec ? 6 : 4;
   c.block = static_cast<unsigned>(block);
   c.grid = clamp_grid(groups, sms * (2048 / block) * 4);
   return c;
@@ -32,12 +36,14 @@ LaunchConfig column_launch(const CudaKernel& k, int64_t work, int64_t row_size,
 
 std::string entry_name(const CudaKernel& k, int entry) {
   const std::string& base = k.entry.empty() ? k.name : k.entry;
+  if (entry < 0 || entry >= kRowEntries) return "";
   if (k.kind == KernelKind::Pointwise) {
-    if ((entry == 1 && k.vec == 0) || (entry == 2 && k.tile == 0)) return "";
+    if (entry > 2 || (entry == 1 && k.vec == 0) || (entry == 2 && k.tile == 0)) return "";
     static const char* const pointwise[] = {"_s", "_v", "_t"};
     return base + pointwise[entry];
   }
   if (entry == 4) return k.column > 0 ? base + "_c" : "";
+  if (entry == 6) return k.column_vec > 0 ? base + "_cv" : "";
   if (entry == 5) return k.block_regs > 0 ? base + "_br" : "";
   if (entry >= 2 && k.vec == 0) return "";
   if (entry == 0 && k.vec > 0) return "";  // vector row kernels have no scalar _w
@@ -66,7 +72,14 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
     c.grid = clamp_grid(ceil_div(threads, c.block), sms * 32);
     return c;
   }
-  if (k.column > 0) return column_launch(k, work, row_size, dev, 0);
+  if (k.column > 0) {
+    // _cv where its block-rows (a quarter as many as _c's for f32) still give every other SM
+    // a block; below that _c's parallelism wins (the autotuner measures both).
+    const int64_t vec_groups =
+        k.column_vec > 0 ? ceil_div(work, kColumnVecThreads * k.column_vec) : 0;
+    const bool vec = k.column_vec > 0 && aligned && vec_groups * 2 >= sms;
+    return column_launch(k, work, row_size, dev, 0, vec);
+  }
   // The vector entry points (_wv, _bv) are entries 2 and 3; kernels that have them have no
   // scalar _w (entry 0), so unaligned pointers take _b whatever the row length.
   const int vec = k.vec > 0 && aligned ? 2 : 0;
@@ -119,7 +132,10 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
     return out;
   }
   if (k.column > 0)
-    for (int64_t b : {128, 256, 512, 1024}) add(column_launch(k, work, row_size, dev, b));
+    for (int64_t b : {128, 256, 512, 1024}) {
+      if (k.column_vec > 0 && aligned) add(column_launch(k, work, row_size, dev, b, true));
+      add(column_launch(k, work, row_size, dev, b));
+    }
   const int vec = k.vec > 0 && aligned ? 2 : 0;
   if (row_size <= 4 * kWarpRowLimit && !(k.vec > 0 && !aligned)) {
     for (int64_t b : {128, 256, 512})

@@ -288,7 +288,6 @@ TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
   for (const auto& k : src.kernels) widths.insert(k.column);
   EXPECT_TRUE(widths.count(8)) << code;
   EXPECT_TRUE(widths.count(16)) << code;
-  expect_compiles(src);
   backend::cuda::DeviceInfo dev;
   dev.sm_count = 132;
   for (const auto& k : src.kernels) {
@@ -299,12 +298,38 @@ TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
     EXPECT_LE(c.block, 1024u);
     EXPECT_EQ(c.grid, 768u / k.column);
   }
+  // The f32 sums over 768 columns (a multiple of 4) also get the vector column entry point
+  // _cv, 4 columns a thread; the bf16 sum over 50 columns and the arg reductions do not.
+  int vec_columns = 0;
+  for (const auto& k : src.kernels) {
+    if (k.column_vec == 0) {
+      EXPECT_EQ(backend::cuda::entry_name(k, 6), "");
+      continue;
+    }
+    ++vec_columns;
+    EXPECT_EQ(k.column_vec, 4);
+    EXPECT_EQ(backend::cuda::entry_name(k, 6), k.name + "_cv");
+    EXPECT_NE(code.find(k.name + "_cv("), std::string::npos) << code;
+    // 768 columns make 24 block-rows of 32: too few for the device, _c; 8192 make 256.
+    EXPECT_EQ(backend::cuda::choose_launch(k, 768, 4096, true, dev).entry, 4);
+    auto c = backend::cuda::choose_launch(k, 8192, 4096, true, dev);
+    EXPECT_EQ(c.entry, 6);
+    EXPECT_EQ(c.grid, 256u);
+    EXPECT_EQ(backend::cuda::choose_launch(k, 8192, 4096, false, dev).entry, 4);  // unaligned
+    bool candidate = false;
+    for (const auto& cand : backend::cuda::launch_candidates(k, 768, 4096, true, dev))
+      candidate = candidate || cand.entry == 6;
+    EXPECT_TRUE(candidate);
+  }
+  EXPECT_EQ(vec_columns, 1) << code;  // %4 and %5 share one kernel
   CudaSource rows = emit_graph(
       "graph(%0: f32[768, 4096]@cuda):\n"
       "  %1: f32[768]@cuda = aten.sum.dim_IntList(%0, [1])\n"
       "  return (%1)\n");
   EXPECT_EQ(rows.kernels[0].column, 0);
+  EXPECT_EQ(rows.kernels[0].column_vec, 0);
   EXPECT_EQ(backend::cuda::entry_name(rows.kernels[0], 4), "");
+  expect_compiles(src);  // last: skips where NVRTC is missing
 }
 
 // A pointwise kernel whose member reads back what an earlier member stores (the clone of a

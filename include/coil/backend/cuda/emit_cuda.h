@@ -15,7 +15,9 @@
 //              warp per row, several rows per block) and <name>_b (the whole block per row);
 //              the runtime picks by row length (launch.h). Kernels that read across rows
 //              (column reductions) add <name>_c: C adjacent rows per warp, each row split
-//              over the lanes of the block (CudaKernel::column).
+//              over the lanes of the block (CudaKernel::column); where their members are one
+//              pass over the row and the rows' accesses contiguous and aligned, also <name>_cv:
+//              W adjacent rows per thread, one 128-bit load each (CudaKernel::column_vec).
 // Index arithmetic is 32-bit when every extent and buffer offset of the kernel is a constant
 // below 2^31, else 64-bit.
 //
@@ -34,7 +36,7 @@ namespace coil::backend::cuda {
 enum class KernelKind { Pointwise, Rows };
 
 struct CudaKernel {
-  std::string name;  // the KernelPlan's name; entry points add _s/_v or _w/_b/_wv/_bv/_c/_br
+  std::string name;  // the KernelPlan's name; entry points add _s/_v/_t or _w/_b/_wv/_bv/_c/_br/_cv
   // Where the entry points are: empty for this kernel's own, else the name of an earlier kernel
   // of the same source whose code is the same up to names (emit_cuda compiles it once).
   std::string entry;
@@ -55,6 +57,9 @@ struct CudaKernel {
   // read across rows (a sum over the rows of a row-major matrix): the threads of a warp take
   // `column` adjacent rows, so a warp's load is whole sectors (emit_rows.cpp).
   int column = 0;
+  // Rows: rows per thread of the vector column entry point <name>_cv (0: none): 8 threads
+  // per block-row, each reading W adjacent rows with one 128-bit load (emit_columns.cpp).
+  int column_vec = 0;
   // Rows: the threads of the block-per-row entry point <name>_br (0: none), which keeps the
   // row cache in registers, a fixed number of steps per thread (emit_rows.cpp).
   int block_regs = 0;

@@ -1,0 +1,221 @@
+// The vector column entry point _cv of row kernels that read across rows (kernel_emitter.h;
+// docs/cuda-backend.md): each thread takes W adjacent rows (columns of the row-major data,
+// the channels of a channels-last activation) and reads them with one 128-bit coil::Vec
+// load per input and element of the row loop, where _c reads one row per thread with 4-byte
+// loads and too few of them in flight to fill the H100's memory pipe.
+#include <algorithm>
+
+#include "coil/backend/common/cpp_expr.h"
+#include "coil/backend/common/scalar_expr.h"
+#include "kernel_emitter.h"
+
+#pragma GCC diagnostic error "-Wswitch"
+
+namespace coil::backend::cuda::detail {
+
+namespace {
+// Threads per block-row of _cv: C threads of W elements of 16 bytes cover 128 bytes of a row.
+constexpr int kColumnThreads = 8;
+}  // namespace
+
+// Whether load `in` of member m is one coil::Vec load across the W rows: unmasked (a mask
+// guards an element that may lie outside the buffer) and contiguous along the last outer
+// variable.
+bool KernelEmitter::column_vector_load(size_t m, const Instr& in) {
+  const size_t k = k_.outer_ranges.size();
+  const ComputeNode& n = *nodes_[m];
+  const auto id = static_cast<InstrId>(&in - n.body.instrs.data());
+  return in.kind == InstrKind::Load && in.mask < 0 && !locals_.count(in.buffer) &&
+         in.buffer != p_.rng_state && !load_overrides_.count({m, id}) &&
+         stride_along(flat_index(in.buffer, in.index), n.index_vars[k - 1]) ==
+             std::optional<int64_t>(1);
+}
+
+// Rows per thread of _cv (W), or 0 for none. The kernel has the column entry point _c and its
+// members are one pass over the row (reductions that read none of each other's results, led
+// by at most one pointwise member whose stored elements they read from registers); every
+// load contiguous along the last outer variable starts at a multiple of W elements, that
+// variable's extent is a multiple of W, and the leading member's store is contiguous along it
+// too. Other loads read scalars inside the loop over the W rows, as _c does.
+int KernelEmitter::column_vector_width() {
+  const size_t k = k_.outer_ranges.size();
+  const size_t n = nodes_.size();
+  if (info_.column == 0 || k == 0 || info_.random || !locals_.empty() || n == 0) return 0;
+  for (const ComputeNode* node : nodes_)
+    for (const Instr& in : node->body.instrs)
+      if (in.kind == InstrKind::Indirect) return 0;
+  const bool lead = pointwise_reductions_end(0) == n && n > 1;
+  if (!lead) {
+    for (const ComputeNode* node : nodes_)
+      if (!node->is_reduction() || node->reduce == ReduceKind::ArgMax ||
+          node->reduce == ReduceKind::ArgMin)
+        return 0;
+    if (one_pass_reductions_end(0) != n) return 0;
+  }
+  for (size_t m = lead ? 1 : 0; m < n; ++m)  // what the reductions take from registers
+    for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i) {
+      const Instr& in = nodes_[m]->body.instrs[i];
+      if (lead && in.kind == InstrKind::Load && in.buffer == nodes_[0]->out)
+        load_overrides_[{m, static_cast<InstrId>(i)}] = "S_.v[u_]";
+    }
+  std::vector<Expr> starts;
+  int max_size = 0;
+  bool scalar_only = false;
+  for (size_t m = 0; m < n; ++m) {
+    const ComputeNode& node = *nodes_[m];
+    const Expr var = node.index_vars[k - 1];
+    for (const Instr& in : node.body.instrs) {
+      if (in.kind == InstrKind::Load && root(in.buffer) == root(nodes_[0]->out) &&
+          !load_overrides_.count({m, static_cast<InstrId>(&in - node.body.instrs.data())}))
+        scalar_only = true;
+      if (!column_vector_load(m, in)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      starts.push_back(ctx_.substitute(flat, {{var, ctx_.zero()}}));
+      max_size = std::max(max_size, dtype_size(buf(in.buffer).dtype));
+    }
+  }
+  if (lead) {
+    const ComputeNode& p = *nodes_[0];
+    Expr flat = flat_index(p.out, p.store_index);
+    if (stride_along(flat, p.index_vars[k - 1]) != std::optional<int64_t>(1)) scalar_only = true;
+    starts.push_back(ctx_.substitute(flat, {{p.index_vars[k - 1], ctx_.zero()}}));
+    max_size = std::max(max_size, dtype_size(buf(p.out).dtype));
+  }
+  load_overrides_.clear();
+  if (scalar_only || starts.empty()) return 0;
+  const int width = std::min(8, 16 / max_size);
+  auto extent = ctx_.as_const(k_.outer_ranges[k - 1]);
+  if (width < 2 || !extent || *extent % width != 0) return 0;
+  return starts_aligned(starts, width) ? width : 0;
+}
+
+// <name>_cv: kColumnThreads threads per block-row, each taking `width` adjacent rows; the
+// block's lanes (threadIdx.x / C) split the row loop, as in _c.
+void KernelEmitter::emit_column_vector(int width) {
+  const size_t k = k_.outer_ranges.size();
+  const size_t n = nodes_.size();
+  const std::string T = idx_t_;
+  const bool lead = !nodes_[0]->is_reduction();
+  const std::string C = std::to_string(kColumnThreads);
+  const std::string W = std::to_string(width);
+  row_values_.clear();
+  line("// " + k_.name + "_cv: " + W + " adjacent rows a thread, one " + W +
+       "-wide load per input and element");
+  line("__device__ __forceinline__ void " + k_.name + "_cv_impl(" + param_list() + ") {");
+  ++indent_;
+  line("constexpr int C = " + C + ", W = " + W + ";");
+  line("const int g_ = blockDim.x / C;");
+  line("const int lane_ = threadIdx.x / C;");
+  line("const int64_t rows_ = " + idx(product(k_.outer_ranges)) + ";");
+  // Uniform across the block (the reductions sync it): a thread past the end redoes the last
+  // W rows, writing the same values.
+  open(
+      "for (int64_t r0_ = int64_t(blockIdx.x) * (C * W); r0_ < rows_; r0_ += int64_t(gridDim.x) "
+      "* (C * W)) {");
+  line("const int64_t row_ = min(r0_ + int64_t(threadIdx.x % C) * W, rows_ - W);");
+  std::vector<std::string> vars;
+  for (size_t j = 0; j < k; ++j) vars.push_back("x" + std::to_string(j));
+  decompose("(" + T + ")row_", vars, k_.outer_ranges);
+  const std::string xw = "x" + std::to_string(k - 1);
+  // Binds member m's names, its last outer variable to the row u_ of the thread's W (xc_) or
+  // to the first of them (the vector loads and stores).
+  std::vector<std::string> rvars;
+  for (Expr v : row_inner_vars(*nodes_[0])) rvars.push_back(cpp_identifier(v->name));
+  auto bind = [&](size_t m, bool per_row) {
+    bind_member_names(m, rvars);
+    if (per_row) sym_names_[nodes_[m]->index_vars[k - 1]] = "xc_";
+  };
+  const size_t red = lead ? 1 : 0;
+  std::string names;
+  for (size_t m = 0; m < n; ++m) names += (m ? ", " : "") + buf(nodes_[m]->out).name;
+  line("// " + names + ": one pass over the rows");
+  auto acc = [&](size_t m) { return "acc" + std::to_string(m - red); };
+  auto acc_type = [&](size_t m) {
+    const DType t = buf(nodes_[m]->out).dtype;
+    return t == DType::Bool ? std::string("bool") : compute_ctype(t);
+  };
+  for (size_t m = red; m < n; ++m) line(acc_type(m) + " " + acc(m) + "[W];");
+  line("#pragma unroll");
+  open("for (int u_ = 0; u_ < W; ++u_) {");
+  for (size_t m = red; m < n; ++m)
+    line(acc(m) + "[u_] = " + reduce_ops(nodes_[m]->reduce, buf(nodes_[m]->out).dtype).init + ";");
+  close();
+  if (lead)
+    for (size_t m = 1; m < n; ++m)
+      for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i)
+        if (nodes_[m]->body.instrs[i].kind == InstrKind::Load &&
+            nodes_[m]->body.instrs[i].buffer == nodes_[0]->out)
+          load_overrides_[{m, static_cast<InstrId>(i)}] = "S_.v[u_]";
+  open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(row_loop_ranges(*nodes_[0]))) +
+       "); e_ += g_) {");
+  decompose("e_", rvars, row_loop_ranges(*nodes_[0]));
+  vec_loads_.clear();
+  int nv = 0;
+  for (size_t m = 0; m < n; ++m) {
+    bind(m, false);
+    const auto& instrs = nodes_[m]->body.instrs;
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      const Instr& in = instrs[i];
+      if (!column_vector_load(m, in)) continue;
+      const std::string name = "L" + std::to_string(nv++);
+      const std::string E = ctype(buf(in.buffer).dtype);
+      line("const coil::Vec<" + E + ", W> " + name + " = *(const coil::Vec<" + E + ", W>*)(" +
+           buf(in.buffer).name + " + " + idx(flat_index(in.buffer, in.index)) + ");");
+      vec_loads_[{m, static_cast<InstrId>(i)}] = name;
+    }
+  }
+  const std::string SE = lead ? ctype(buf(nodes_[0]->out).dtype) : "";
+  if (lead) line("coil::Vec<" + SE + ", W> S_;");
+  line("#pragma unroll");
+  open("for (int u_ = 0; u_ < W; ++u_) {");
+  line("const " + T + " xc_ = " + xw + " + u_;");
+  vec_mode_ = true;
+  for (size_t m = 0; m < n; ++m) {
+    const ComputeNode& node = *nodes_[m];
+    open("{");
+    bind(m, true);
+    const std::string v = emit_body(node);
+    if (m == 0 && lead) {
+      line("S_.v[u_] = " + stored_value(buf(node.out).dtype, v) + ";");
+    } else {
+      const DType t = buf(node.out).dtype;
+      const std::string val = t == DType::Bool ? "bool(" + v + ")" : acc_type(m) + "(" + v + ")";
+      line(acc(m) + "[u_] = coil::" + reduce_ops(node.reduce, t).op + "::apply(" + acc(m) +
+           "[u_], " + val + ");");
+    }
+    close();
+  }
+  vec_mode_ = false;
+  close();
+  if (lead) {
+    bind(0, false);
+    line("*(coil::Vec<" + SE + ", W>*)(" + buf(nodes_[0]->out).name + " + " +
+         idx(flat_index(nodes_[0]->out, nodes_[0]->store_index)) + ") = S_;");
+  }
+  close();
+  load_overrides_.clear();
+  vec_loads_.clear();
+  line("#pragma unroll");
+  open("for (int u_ = 0; u_ < W; ++u_) {");
+  line("const " + T + " xc_ = " + xw + " + u_;");
+  for (size_t m = red; m < n; ++m) {
+    const ComputeNode& node = *nodes_[m];
+    line(acc(m) + "[u_] = coil::group_reduce<-C, coil::" +
+         reduce_ops(node.reduce, buf(node.out).dtype).op + ">(" + acc(m) + "[u_]);");
+    set_node_names(node);
+    sym_names_[node.index_vars[k - 1]] = "xc_";
+    open("if (lane_ == 0) {");
+    emit_store(node, acc(m) + "[u_]");
+    close();
+  }
+  close();
+  close();
+  --indent_;
+  line("}");
+  line("extern \"C\" __global__ void __launch_bounds__(1024) " + k_.name + "_cv(" + param_list() +
+       ") {");
+  line("  " + k_.name + "_cv_impl(" + arg_list() + ");");
+  line("}");
+}
+
+}  // namespace coil::backend::cuda::detail
