@@ -333,7 +333,7 @@ TEST(ReductionLowering, DuplicateDimIsACompileError) {
 // (src/lower/split_reduction.h); the CPU keeps one. The result is the same reduction.
 TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   // [N=2, C=8, H=128, W=64] over N, H, W: 8 outputs of 16384 elements each. Chunks wanted:
-  // min(4096 / 8, 16384 / 1024) = 16 = N whole (2) times a factor 8 of H: partials
+  // min(8192 / 8, 16384 / 1024) = 16 = N whole (2) times a factor 8 of H: partials
   // [2, 8(H chunks), 8(C)] each over [16, 64], then [8] over [2, 8].
   const std::vector<int64_t> sz{2, 8, 128, 64};
   const int64_t n = product(sz);
@@ -385,13 +385,13 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
 )");
   EXPECT_EQ(reduction_ranges(prime),
             (std::vector<std::string>{"over 16411", "2048 over 16384", "768 over 4096"}));
-  // 1024 channels over [64, 14, 14] (ResNet-50's third stage): 4 chunks of 16 images.
+  // 1024 channels over [64, 14, 14] (ResNet-50's third stage): 8 chunks of 8 images.
   Lowered bn = lower_text(R"(graph(%0: f32[64, 1024, 14, 14]@cuda):
   %1: f32[1024]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
   return (%1)
 )");
   EXPECT_EQ(reduction_ranges(bn),
-            (std::vector<std::string>{"4 1024 over 16 14 14", "1024 over 4"}));
+            (std::vector<std::string>{"8 1024 over 8 14 14", "1024 over 8"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};
