@@ -1,8 +1,9 @@
 // coil-opt: parse a text graph, verify it, run passes, print the result — or, with
 // --emit=cuda / --emit=cpp, the kernels the backend generates for it (lowered and scheduled as
-// compile_graph does, prelude left out), so a kernel can be read without a GPU.
+// compile_graph does, prelude left out), so a kernel can be read without a GPU; --emit=fusion,
+// the scheduler's fusion log (every fusion taken or refused, with the reason) and schedule.
 //
-//   coil-opt FILE [--passes=dce[,other...]] [--no-verify] [--emit=cuda|cpp]
+//   coil-opt FILE [--passes=dce[,other...]] [--no-verify] [--emit=cuda|cpp|fusion]
 //
 // FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr), 2 on bad usage.
 #include <fstream>
@@ -45,7 +46,8 @@ const Pass* find_pass(std::string_view name) {
 
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
-  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--no-verify] [--emit=cuda|cpp]\n"
+  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--no-verify] "
+               "[--emit=cuda|cpp|fusion]\n"
                "passes:\n";
   for (const Pass& p : kPasses) std::cerr << "  " << p.name << "  " << p.help << "\n";
   return 2;
@@ -57,6 +59,8 @@ std::string emit(const coil::Graph& g, std::string_view backend) {
   auto lowered = coil::lower::lower_graph(g, o);
   coil::sched::align_iteration_spaces(lowered.program);
   coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o);
+  if (backend == "fusion")
+    return s.fusion_log + "\n" + coil::sched::print_schedule(lowered.program, s);
   if (backend == "cuda")
     return coil::backend::cuda::strip_prelude(
         coil::backend::cuda::emit_cuda(lowered.program, s, o).code);
@@ -87,7 +91,8 @@ int main(int argc, char** argv) {
       }
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
-      if (emit_backend != "cuda" && emit_backend != "cpp") return usage("--emit takes cuda or cpp");
+      if (emit_backend != "cuda" && emit_backend != "cpp" && emit_backend != "fusion")
+        return usage("--emit takes cuda, cpp or fusion");
     } else if (a == "--no-verify") {
       verify = false;
     } else if (a == "-h" || a == "--help") {

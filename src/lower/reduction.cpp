@@ -288,13 +288,19 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
   if (shifted) {
     Loader xl = x.load;
     std::vector<Expr> first(p.red_sizes.size(), c.zero());
-    TensorValue k = ctx.realize(ctx.pointwise(
-        acc, p.out_sizes,
-        [xl, p, first, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
-          return b.cast(xl(b, p.input_index(idx, first)), acc);
-        },
-        x.inline_cost + 1, x.inline_reads));
-    shift = k.load;
+    Loader first_element = [xl, p, first, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
+      return b.cast(xl(b, p.input_index(idx, first)), acc);
+    };
+    if (ctx.device() == Device::CUDA && x.strided) {
+      // On the GPU the readers load the row's first element of the realized input themselves
+      // (a cached load the row shares): realized, K was one more tiny kernel per BatchNorm,
+      // and the two statistics' last stages read no common input to be fused by.
+      shift = first_element;
+    } else {
+      shift = ctx.realize(ctx.pointwise(acc, p.out_sizes, first_element, x.inline_cost + 1,
+                                        x.inline_reads))
+                  .load;
+    }
   }
   PreFn minus_k = [shift, acc, shifted](BodyBuilder& b, InstrId v,
                                         const std::vector<Expr>& out_idx) {

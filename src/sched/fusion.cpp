@@ -33,6 +33,9 @@ class Fuser {
         const CompileOptions& options)
       : p_(p), ctx_(*p.ctx), deps_(deps), options_(options) {
     producer_ = buffer_producers(p, deps);
+    // A graph runs on one device; intermediates of some lowerings keep the default device.
+    cuda_ = std::any_of(p.buffers.begin(), p.buffers.end(),
+                        [](const loop::Buffer& b) { return b.device == Device::CUDA; });
     step_group_.assign(p.steps.size(), -1);
     // The prefix starts every kernel's name, a C identifier in the generated code.
     for (char c : options.kernel_prefix)
@@ -297,6 +300,7 @@ class Fuser {
           return;
         }
       }
+      if (join_small_kernel(s, n, name)) return;
     }
     Group g;
     g.steps = {s};
@@ -307,6 +311,58 @@ class Fuser {
     add_group(std::move(g));
   }
 
+  // Elements a node iterates over (its ranges and reduction ranges), as a size hint.
+  int64_t work(const ComputeNode& n) const {
+    int64_t w = 1;
+    for (sym::Expr r : n.ranges) w *= std::max<int64_t>(1, size_hint(ctx_, r));
+    for (sym::Expr r : n.reduction_ranges) w *= std::max<int64_t>(1, size_hint(ctx_, r));
+    return w;
+  }
+
+  // A GPU node with nothing to share that is too small to fill the device joins one of the
+  // last few kernels over the same outer ranges that is as small: its time is the launch, so
+  // two launches become one (a BatchNorm's mean and variance, finalized from their partial
+  // sums, read no common input). The CPU keeps them apart (a parallel region costs far less
+  // than a launch). Returns whether it joined.
+  bool join_small_kernel(int s, const ComputeNode& n, const std::string& name) {
+    if (!cuda_ || work(n) > kSmallKernelWork) return false;
+    int looked = 0;
+    for (int g = static_cast<int>(groups_.size()) - 1; g >= 0 && looked < kSmallKernelLookBack;
+         --g) {
+      Group& grp = groups_[g];
+      if (!grp.is_kernel) continue;
+      ++looked;
+      if (grp.outer.size() != n.ranges.size()) continue;
+      bool small = true;
+      std::set<BufferId> buffers;  // about the kernel's pointer parameters
+      for (int st : grp.steps) {
+        small = small && work(std::get<ComputeNode>(p_.steps[st])) <= kSmallKernelWork;
+        buffers.insert(deps_[st].read_roots.begin(), deps_[st].read_roots.end());
+        buffers.insert(deps_[st].writes.begin(), deps_[st].writes.end());
+      }
+      buffers.insert(deps_[s].read_roots.begin(), deps_[s].read_roots.end());
+      buffers.insert(deps_[s].writes.begin(), deps_[s].writes.end());
+      if (!small || buffers.size() > kSmallKernelMaxBuffers) continue;
+      std::vector<sym::Expr> outer;
+      if (const std::string why = check(s, n, g, &outer); !why.empty()) {
+        log_ << "not fused " << name << " into " << grp.name << " (small): " << why << "\n";
+        continue;
+      }
+      log_ << "fused " << name << " into " << grp.name << " (small, " << work(n)
+           << " elements: one launch)\n";
+      grp.outer = outer;
+      grp.steps.push_back(s);
+      step_group_[s] = g;
+      return true;
+    }
+    return false;
+  }
+  static constexpr int64_t kSmallKernelWork = int64_t{1} << 16;
+  static constexpr int kSmallKernelLookBack = 8;
+  // Joined kernels stay well under the runtime's 64 pointer parameters (ResNet-50's 53
+  // BatchNorm counters joined into one kernel needed 106).
+  static constexpr size_t kSmallKernelMaxBuffers = 16;
+
   const loop::LoopProgram& p_;
   sym::Context& ctx_;
   const std::vector<StepDeps>& deps_;
@@ -315,6 +371,7 @@ class Fuser {
   std::vector<int> step_group_;
   std::vector<Group> groups_;
   int num_kernels_ = 0;
+  bool cuda_ = false;
   std::ostringstream log_;
 };
 

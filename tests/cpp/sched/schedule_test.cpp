@@ -367,5 +367,43 @@ TEST(Schedule, MemoryOrderRunsAProjectionLate) {
   EXPECT_EQ(kept.fusion_log.find("memory order"), std::string::npos);
 }
 
+// Tiny GPU nodes with no input in common (ResNet-50's BatchNorm counters: c_i + 1 for 40
+// counters) join recent small kernels over the same ranges, one launch for several, while a
+// kernel keeps at most 16 buffers; large ones and CPU programs stay apart. Every decision is in
+// the fusion log.
+TEST(Schedule, SmallGpuKernelsJoin) {
+  auto build = [](ProgramBuilder& b, int n, int64_t size) {
+    const DType f = DType::Float32;
+    for (int i = 0; i < n; ++i) {
+      auto in = b.input(f, {b.c(size)});
+      auto out = b.buffer(f, {b.c(size)});
+      b.node(out, {b.c(size)}, {nullptr}, ReduceKind::None, {},
+             [&](BodyBuilder& bb, auto& idx, auto&) {
+               return bb.op(InstrKind::Add, f, bb.load(in, f, {idx[0]}), bb.constant(1.0, f));
+             });
+      b.p.outputs.push_back(out);
+    }
+  };
+  auto on_gpu = [](ProgramBuilder& b) {
+    for (auto& buffer : b.p.buffers) buffer.device = Device::CUDA;
+  };
+  ProgramBuilder tiny;
+  build(tiny, 40, 1);
+  on_gpu(tiny);
+  Schedule s = sched::schedule_program(tiny.p, CompileOptions{});
+  check_memory_plan(tiny.p, s);
+  EXPECT_LT(s.kernels.size(), 10u) << s.fusion_log;
+  for (const auto& k : s.kernels) EXPECT_LE(k.steps.size(), 8u);  // 2 buffers each, 16 at most
+  EXPECT_NE(s.fusion_log.find("(small, 1 elements: one launch)"), std::string::npos)
+      << s.fusion_log;
+  ProgramBuilder cpu;
+  build(cpu, 4, 1);
+  EXPECT_EQ(sched::schedule_program(cpu.p, CompileOptions{}).kernels.size(), 4u);
+  ProgramBuilder large;
+  build(large, 4, 1 << 20);
+  on_gpu(large);
+  EXPECT_EQ(sched::schedule_program(large.p, CompileOptions{}).kernels.size(), 4u);
+}
+
 }  // namespace
 }  // namespace coil::testing
