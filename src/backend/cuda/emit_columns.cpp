@@ -31,9 +31,10 @@ bool KernelEmitter::column_vector_load(size_t m, const Instr& in) {
              std::optional<int64_t>(1);
 }
 
-// Rows per thread of _cv (W), or 0 for none. The kernel has the column entry point _c and its
-// members are one pass over the row (reductions that read none of each other's results, led
-// by at most one pointwise member whose stored elements they read from registers); every
+// Rows per thread of _cv (W), or 0 for none. The kernel has the column entry point _c, its
+// first members are one pass over the row (column_run_end) and the others one value per row
+// that read what the kernel stores only at their own row (a BatchNorm's mean, rstd and
+// running statistics from its sums, each thread's W rows from its registers); every
 // load contiguous along the last outer variable starts at a multiple of W elements, that
 // variable's extent is a multiple of W, and the leading member's store is contiguous along it
 // too. Other loads read scalars inside the loop over the W rows, as _c does.
@@ -44,15 +45,31 @@ int KernelEmitter::column_vector_width() {
   for (const ComputeNode* node : nodes_)
     for (const Instr& in : node->body.instrs)
       if (in.kind == InstrKind::Indirect) return 0;
-  const bool lead = pointwise_reductions_end(0) == n && n > 1;
-  if (!lead) {
-    for (const ComputeNode* node : nodes_)
-      if (!node->is_reduction() || node->reduce == ReduceKind::ArgMax ||
-          node->reduce == ReduceKind::ArgMin)
-        return 0;
-    if (one_pass_reductions_end(0) != n) return 0;
+  const size_t run = column_run_end();
+  if (run == 0) return 0;
+  const bool lead = !nodes_[0]->is_reduction();
+  std::set<BufferId> stored;  // what the run stores: later members read it at their own row
+  for (size_t m = 0; m < run; ++m) stored.insert(root(nodes_[m]->out));
+  for (size_t m = run; m < n; ++m) {
+    const ComputeNode& node = *nodes_[m];
+    if (node.is_reduction() || node.ranges.size() != k) return 0;
+    set_node_names(node);
+    for (const Instr& in : node.body.instrs) {
+      if (in.kind != InstrKind::Load || !stored.count(root(in.buffer))) continue;
+      // Only the element of its own row, which the thread holds in a register.
+      const ComputeNode* w = nullptr;
+      for (size_t j = 0; j < m; ++j)
+        if (nodes_[j]->out == in.buffer) w = nodes_[j];
+      if (!w || w->ranges.size() != k || in.mask >= 0) return 0;
+      const std::string read = idx(flat_index(in.buffer, in.index));
+      set_node_names(*w);
+      const std::string written = idx(flat_index(w->out, w->store_index));
+      set_node_names(node);
+      if (read != written) return 0;
+    }
+    stored.insert(root(node.out));
   }
-  for (size_t m = lead ? 1 : 0; m < n; ++m)  // what the reductions take from registers
+  for (size_t m = lead ? 1 : 0; m < run; ++m)  // what the reductions take from registers
     for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i) {
       const Instr& in = nodes_[m]->body.instrs[i];
       if (lead && in.kind == InstrKind::Load && in.buffer == nodes_[0]->out)
@@ -61,7 +78,7 @@ int KernelEmitter::column_vector_width() {
   std::vector<Expr> starts;
   int max_size = 0;
   bool scalar_only = false;
-  for (size_t m = 0; m < n; ++m) {
+  for (size_t m = 0; m < run; ++m) {
     const ComputeNode& node = *nodes_[m];
     const Expr var = node.index_vars[k - 1];
     for (const Instr& in : node.body.instrs) {
@@ -89,6 +106,21 @@ int KernelEmitter::column_vector_width() {
   return starts_aligned(starts, width) ? width : 0;
 }
 
+// The end of the members that loop over the row in _cv (0: none): reductions that read none
+// of each other's results (one_pass_reductions_end), or one pointwise member over the row and
+// the reductions that take its elements from registers (pointwise_reductions_end).
+size_t KernelEmitter::column_run_end() {
+  if (!nodes_[0]->is_reduction()) {
+    const size_t end = pointwise_reductions_end(0);
+    return end > 1 ? end : 0;
+  }
+  const size_t end = one_pass_reductions_end(0);
+  for (size_t m = 0; m < end; ++m)
+    if (nodes_[m]->reduce == ReduceKind::ArgMax || nodes_[m]->reduce == ReduceKind::ArgMin)
+      return 0;
+  return end;
+}
+
 // <name>_cv: kColumnThreads threads per block-row, each taking `width` adjacent rows; the
 // block's lanes (threadIdx.x / C) split the row loop, as in _c.
 void KernelEmitter::emit_column_vector(int width) {
@@ -96,6 +128,7 @@ void KernelEmitter::emit_column_vector(int width) {
   const size_t n = nodes_.size();
   const std::string T = idx_t_;
   const bool lead = !nodes_[0]->is_reduction();
+  const size_t run = column_run_end();
   const std::string C = std::to_string(kColumnThreads);
   const std::string W = std::to_string(width);
   row_values_.clear();
@@ -127,21 +160,21 @@ void KernelEmitter::emit_column_vector(int width) {
   };
   const size_t red = lead ? 1 : 0;
   std::string names;
-  for (size_t m = 0; m < n; ++m) names += (m ? ", " : "") + buf(nodes_[m]->out).name;
+  for (size_t m = 0; m < run; ++m) names += (m ? ", " : "") + buf(nodes_[m]->out).name;
   line("// " + names + ": one pass over the rows");
   auto acc = [&](size_t m) { return "acc" + std::to_string(m - red); };
   auto acc_type = [&](size_t m) {
     const DType t = buf(nodes_[m]->out).dtype;
     return t == DType::Bool ? std::string("bool") : compute_ctype(t);
   };
-  for (size_t m = red; m < n; ++m) line(acc_type(m) + " " + acc(m) + "[W];");
+  for (size_t m = red; m < run; ++m) line(acc_type(m) + " " + acc(m) + "[W];");
   line("#pragma unroll");
   open("for (int u_ = 0; u_ < W; ++u_) {");
-  for (size_t m = red; m < n; ++m)
+  for (size_t m = red; m < run; ++m)
     line(acc(m) + "[u_] = " + reduce_ops(nodes_[m]->reduce, buf(nodes_[m]->out).dtype).init + ";");
   close();
   if (lead)
-    for (size_t m = 1; m < n; ++m)
+    for (size_t m = 1; m < run; ++m)
       for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i)
         if (nodes_[m]->body.instrs[i].kind == InstrKind::Load &&
             nodes_[m]->body.instrs[i].buffer == nodes_[0]->out)
@@ -151,7 +184,7 @@ void KernelEmitter::emit_column_vector(int width) {
   decompose("e_", rvars, row_loop_ranges(*nodes_[0]));
   vec_loads_.clear();
   int nv = 0;
-  for (size_t m = 0; m < n; ++m) {
+  for (size_t m = 0; m < run; ++m) {
     bind(m, false);
     const auto& instrs = nodes_[m]->body.instrs;
     for (size_t i = 0; i < instrs.size(); ++i) {
@@ -170,7 +203,7 @@ void KernelEmitter::emit_column_vector(int width) {
   open("for (int u_ = 0; u_ < W; ++u_) {");
   line("const " + T + " xc_ = " + xw + " + u_;");
   vec_mode_ = true;
-  for (size_t m = 0; m < n; ++m) {
+  for (size_t m = 0; m < run; ++m) {
     const ComputeNode& node = *nodes_[m];
     open("{");
     bind(m, true);
@@ -198,16 +231,29 @@ void KernelEmitter::emit_column_vector(int width) {
   line("#pragma unroll");
   open("for (int u_ = 0; u_ < W; ++u_) {");
   line("const " + T + " xc_ = " + xw + " + u_;");
+  // Each row's results, then the members computed from them (kept in registers: later
+  // members read the element of their own row from there, keep_row_value).
   for (size_t m = red; m < n; ++m) {
     const ComputeNode& node = *nodes_[m];
-    line(acc(m) + "[u_] = coil::group_reduce<-C, coil::" +
-         reduce_ops(node.reduce, buf(node.out).dtype).op + ">(" + acc(m) + "[u_]);");
+    std::string v;
+    if (m < run) {
+      v = acc(m) + "[u_]";
+      line(v + " = coil::group_reduce<-C, coil::" +
+           reduce_ops(node.reduce, buf(node.out).dtype).op + ">(" + v + ");");
+    }
     set_node_names(node);
     sym_names_[node.index_vars[k - 1]] = "xc_";
+    member_ = m;
+    line(compute_ctype(buf(node.out).dtype) + " " + local_name(node.out) + ";");
+    open("{");  // the member's temporaries
+    if (m >= run) v = emit_body(node);
+    keep_row_value(node, v);
     open("if (lane_ == 0) {");
-    emit_store(node, acc(m) + "[u_]");
+    emit_store(node, v);
+    close();
     close();
   }
+  row_values_.clear();
   close();
   close();
   --indent_;

@@ -112,6 +112,7 @@ class KernelEmitter {
   void emit_rows();
   // ---------------------------------------------------------------- vector columns (_cv)
   bool column_vector_load(size_t m, const Instr& in);
+  size_t column_run_end();
   int column_vector_width();
   void emit_column_vector(int width);
   void bind_canonical_names(size_t m);
