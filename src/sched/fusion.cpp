@@ -294,9 +294,7 @@ class Fuser {
           log_ << "fused " << name << " into " << g.name << " ("
                << (vert ? "vertical, " : "horizontal, ") << kind(prod) << "+" << kind(n)
                << (vert ? ", saves " : ", shares ") << ctx_.str(c.bytes) << " bytes)\n";
-          g.outer = outer;
-          g.steps.push_back(s);
-          step_group_[s] = c.group;
+          join(c.group, s, std::move(outer));
           return;
         }
       }
@@ -309,6 +307,13 @@ class Fuser {
     log_ << name << " starts " << g.name << " over " << ranges_str(ctx_, g.outer)
          << (options_.fuse ? "" : " (fusion disabled)") << "\n";
     add_group(std::move(g));
+  }
+
+  // Step s joins group g, whose outer ranges become `outer` (check's).
+  void join(int g, int s, std::vector<sym::Expr> outer) {
+    groups_[g].outer = std::move(outer);
+    groups_[g].steps.push_back(s);
+    step_group_[s] = g;
   }
 
   // Elements a node iterates over (its ranges and reduction ranges), as a size hint.
@@ -350,9 +355,7 @@ class Fuser {
       }
       log_ << "fused " << name << " into " << grp.name << " (small, " << work(n)
            << " elements: one launch)\n";
-      grp.outer = outer;
-      grp.steps.push_back(s);
-      step_group_[s] = g;
+      join(g, s, std::move(outer));
       return true;
     }
     return false;

@@ -7,16 +7,12 @@
 
 #include "coil/backend/common/cpp_expr.h"
 #include "coil/backend/common/scalar_expr.h"
+#include "coil/backend/cuda/launch.h"
 #include "kernel_emitter.h"
 
 #pragma GCC diagnostic error "-Wswitch"
 
 namespace coil::backend::cuda::detail {
-
-namespace {
-// Threads per block-row of _cv: C threads of W elements of 16 bytes cover 128 bytes of a row.
-constexpr int kColumnThreads = 8;
-}  // namespace
 
 // Whether load `in` of member m is one coil::Vec load across the W rows: unmasked (a mask
 // guards an element that may lie outside the buffer) and contiguous along the last outer
@@ -69,12 +65,7 @@ int KernelEmitter::column_vector_width() {
     }
     stored.insert(root(node.out));
   }
-  for (size_t m = lead ? 1 : 0; m < run; ++m)  // what the reductions take from registers
-    for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i) {
-      const Instr& in = nodes_[m]->body.instrs[i];
-      if (lead && in.kind == InstrKind::Load && in.buffer == nodes_[0]->out)
-        load_overrides_[{m, static_cast<InstrId>(i)}] = "S_.v[u_]";
-    }
+  override_lead_loads(run);
   std::vector<Expr> starts;
   int max_size = 0;
   bool scalar_only = false;
@@ -121,7 +112,19 @@ size_t KernelEmitter::column_run_end() {
   return end;
 }
 
-// <name>_cv: kColumnThreads threads per block-row, each taking `width` adjacent rows; the
+// With a leading pointwise member, the run's reductions read its element of the row u_ from
+// the stored vector S_ (load_overrides_), not from memory.
+void KernelEmitter::override_lead_loads(size_t run) {
+  if (nodes_[0]->is_reduction()) return;
+  for (size_t m = 1; m < run; ++m)
+    for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i) {
+      const Instr& in = nodes_[m]->body.instrs[i];
+      if (in.kind == InstrKind::Load && in.buffer == nodes_[0]->out)
+        load_overrides_[{m, static_cast<InstrId>(i)}] = "S_.v[u_]";
+    }
+}
+
+// <name>_cv: kColumnVecThreads threads per block-row, each taking `width` adjacent rows; the
 // block's lanes (threadIdx.x / C) split the row loop, as in _c.
 void KernelEmitter::emit_column_vector(int width) {
   const size_t k = k_.outer_ranges.size();
@@ -129,7 +132,7 @@ void KernelEmitter::emit_column_vector(int width) {
   const std::string T = idx_t_;
   const bool lead = !nodes_[0]->is_reduction();
   const size_t run = column_run_end();
-  const std::string C = std::to_string(kColumnThreads);
+  const std::string C = std::to_string(kColumnVecThreads);  // launch.h sizes the grid by it
   const std::string W = std::to_string(width);
   row_values_.clear();
   line("// " + k_.name + "_cv: " + W + " adjacent rows a thread, one " + W +
@@ -173,12 +176,7 @@ void KernelEmitter::emit_column_vector(int width) {
   for (size_t m = red; m < run; ++m)
     line(acc(m) + "[u_] = " + reduce_ops(nodes_[m]->reduce, buf(nodes_[m]->out).dtype).init + ";");
   close();
-  if (lead)
-    for (size_t m = 1; m < run; ++m)
-      for (size_t i = 0; i < nodes_[m]->body.instrs.size(); ++i)
-        if (nodes_[m]->body.instrs[i].kind == InstrKind::Load &&
-            nodes_[m]->body.instrs[i].buffer == nodes_[0]->out)
-          load_overrides_[{m, static_cast<InstrId>(i)}] = "S_.v[u_]";
+  override_lead_loads(run);
   open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(row_loop_ranges(*nodes_[0]))) +
        "); e_ += g_) {");
   decompose("e_", rvars, row_loop_ranges(*nodes_[0]));

@@ -113,6 +113,7 @@ class KernelEmitter {
   // ---------------------------------------------------------------- vector columns (_cv)
   bool column_vector_load(size_t m, const Instr& in);
   size_t column_run_end();
+  void override_lead_loads(size_t run);
   int column_vector_width();
   void emit_column_vector(int width);
   void bind_canonical_names(size_t m);

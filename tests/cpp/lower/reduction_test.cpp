@@ -390,8 +390,7 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   %1: f32[1024]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
   return (%1)
 )");
-  EXPECT_EQ(reduction_ranges(bn),
-            (std::vector<std::string>{"8 1024 over 8 14 14", "1024 over 8"}));
+  EXPECT_EQ(reduction_ranges(bn), (std::vector<std::string>{"8 1024 over 8 14 14", "1024 over 8"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};
