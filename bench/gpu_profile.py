@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import sys
 import tempfile
 import time
@@ -53,6 +54,27 @@ def _origins(prof, pattern: str, calls: int, top: int) -> None:
     print(f"  kernels matching {pattern!r}, by launching op chain:")
     for key, us in chains.most_common(top):
         print(f"  {us / calls:9.1f} us  x{counts[key] / calls:5.1f}  {key}")
+
+
+_KINDS = (  # (kind, name fragments), first match wins
+    ("layout", ("nchwToNhwc", "nhwcToNchw", "transpose_readWrite")),
+    # cuDNN runs 1x1 convolutions as GEMMs and cuBLASLt uses CUTLASS: one kind for both
+    ("conv/gemm", ("conv", "dgrad", "wgrad", "fprop", "gemm", "xmma", "cudnn", "cutlass", "sm90_",
+                   "sm80_", "cublas", "nvjet")),
+    ("attention", ("flash", "fmha", "attention")),
+    ("copy", ("copy", "Memcpy", "Memset", "Fill")),
+)
+
+
+def _kind(name: str) -> str:
+    """A kernel's kind for the per-kind sums: a compiler's generated kernel, cuDNN's layout
+    transposes, a library's convolution/product or attention, copies and fills."""
+    if re.match(r"triton_|(fw_|bw_)?kernel\d", name):  # Inductor's and coil's own kernels
+        return "generated"
+    for kind, fragments in _KINDS:
+        if any(f in name for f in fragments):
+            return kind
+    return "other"
 
 
 def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool,
@@ -98,6 +120,13 @@ def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool
     print(f"\n=== {case.name} / {compiler}: wall {wall * 1e3:.3f} ms per call (host issue "
           f"{host_issue * 1e3:.3f} ms), GPU kernel time {gpu_us / 1e3:.3f} ms in {n:.0f} "
           f"kernels per call")
+    by_kind = collections.Counter()
+    n_kind = collections.Counter()
+    for name, us in kernels.items():
+        by_kind[_kind(name)] += us
+        n_kind[_kind(name)] += counts[name]
+    print("  by kind: " + ", ".join(f"{k} {us / calls / 1e3:.3f} ms (x{n_kind[k] / calls:.0f})"
+                                    for k, us in by_kind.most_common()))
     for name, us in kernels.most_common(top):
         print(f"  {us / calls:9.1f} us  x{counts[name] / calls:5.1f}  {name[:110]}")
     if origins:

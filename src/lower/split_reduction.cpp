@@ -19,7 +19,9 @@ std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop
     red.push_back(*v);
     total *= *v;
   }
-  if (outputs < 1 || outputs >= kSplitMaxOutputs || total < kSplitMinReduction) return std::nullopt;
+  if (outputs < 1 || outputs >= kSplitMaxOutputs || total < kSplitMinReduction ||
+      outputs * total < kSplitMinElements)
+    return std::nullopt;
   // Chunks wanted: enough partials, none shorter than kSplitMinChunk.
   const int64_t want =
       std::min((kSplitTargetPartials + outputs - 1) / outputs, total / kSplitMinChunk);

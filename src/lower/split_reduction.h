@@ -23,16 +23,21 @@ namespace coil::lower::detail {
 
 // Split when a reduction has fewer outputs than this ...
 // (1024 outputs were measured too few: ResNet-50's BatchNorm statistics over 1024 channels
-// of [64, 14, 14] ran at 0.9 TB/s in one stage, and over 256 channels at 0.6 TB/s.)
-inline constexpr int64_t kSplitMaxOutputs = 2048;
-// ... and at least this many elements per output;
-inline constexpr int64_t kSplitMinReduction = 8192;
+// of [64, 14, 14] ran at 0.9 TB/s in one stage, and over 256 channels at 0.6 TB/s; 2048
+// channels over [64, 7, 7] in one stage took 25.7 us, split 4 ways 11.3, Inductor 14.2.)
+inline constexpr int64_t kSplitMaxOutputs = 4096;
+// ... at least this many elements per output, and this many in all (below that a second
+// launch costs more than the parallelism gains: 512 channels over [64, 7, 7], 1.6 M elements,
+// took 17.9 us in one stage and 8.2 split 8 ways; a softmax over 64 rows of 2048 stays whole);
+inline constexpr int64_t kSplitMinReduction = 2048;
+inline constexpr int64_t kSplitMinElements = int64_t{1} << 20;
 // aim for this many partial outputs, each reducing at least kSplitMinChunk elements. 8192:
 // a column reduction's vector entry point (_cv) takes 32 partials a block-row, so 256
 // block-rows; with 4096 half the H100's SMs held one block (resnet50_train 25.20 -> 24.97 ms;
-// a channels-last BatchNorm statistics microbenchmark 77 -> 70 us).
+// a channels-last BatchNorm statistics microbenchmark 77 -> 70 us). Chunks of 256: 256
+// channels over [64, 14, 14] split 32 ways (chunks of 392) instead of 8 ran 8.9 -> 6.9 us.
 inline constexpr int64_t kSplitTargetPartials = 8192;
-inline constexpr int64_t kSplitMinChunk = 1024;
+inline constexpr int64_t kSplitMinChunk = 256;
 
 struct ReductionSplit {
   size_t whole = 0;    // leading reduction dims that become chunk dims whole

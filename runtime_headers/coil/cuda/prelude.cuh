@@ -83,6 +83,29 @@ struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
+// A Vec load of read-only data (ld.global.nc) written as one asm statement: NVRTC compiled a
+// loop's two plain loads of the _cv entry point so that the second was issued only after the
+// first one's value was used, one load in flight, where nvcc issued both first (BatchNorm
+// statistics of [64, 256, 56, 56] on the H100: 83.9 us with NVRTC, 76.7 with this, 72.5 from
+// nvcc; docs/decisions.md). Not volatile: the compiler may still move or drop it like a load.
+template <class T, int N>
+COIL_INLINE Vec<T, N> load_vec(const Vec<T, N>* p) {
+  Vec<T, N> x;
+  unsigned* w = reinterpret_cast<unsigned*>(&x);
+  if constexpr (sizeof(x) == 16) {
+    asm("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(p));
+  } else if constexpr (sizeof(x) == 8) {
+    asm("ld.global.nc.v2.b32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+  } else if constexpr (sizeof(x) == 4) {
+    asm("ld.global.nc.b32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+  } else {
+    x = *p;
+  }
+  return x;
+}
+
 // A store marked evict-first in the caches (st.global.cs): a row kernel's output is not read
 // again soon, and it should not push out of L2 the input rows that later passes re-read.
 template <class T, int N>

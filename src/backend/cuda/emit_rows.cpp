@@ -128,9 +128,11 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
   const std::string T = idx_t_;
   if (!row_vec_) {
     open("for (" + T + " e_ = lane_; e_ < (" + T + ")(" + idx(product(ranges)) + "); e_ += g_) {");
-    decompose("e_", vars, ranges);
+    const auto [kept, extents] = fold_loop_vars(members, vars, ranges);
+    decompose("e_", kept, extents);
     for (const RowPart& part : parts) part.emit();
     close();
+    folded_.clear();
     return;
   }
   // The last extent is a constant multiple of the kernel's vector width (row_vector_width).

@@ -93,7 +93,7 @@ Expr KernelEmitter::flat_index(BufferId b, const std::vector<Expr>& index) {
       << B.name << ": index rank " << index.size() << " vs " << B.strides.size();
   Expr e = B.offset ? B.offset : ctx_.zero();
   for (size_t d = 0; d < index.size(); ++d) e = ctx_.add(e, ctx_.mul(index[d], B.strides[d]));
-  return e;
+  return folded_.empty() ? e : ctx_.substitute(e, folded_);
 }
 
 void KernelEmitter::collect_params() {
@@ -214,6 +214,76 @@ void KernelEmitter::decompose_text(const std::string& flat, const std::vector<st
       line("rem_ /= " + r + ";");
     }
   }
+}
+
+// Which adjacent loop variables of the members' shared loop can share one index: fold[d] when
+// every index a member computes is affine in its loop variables with variable d's stride that
+// of d + 1 times d + 1's extent (the dims are contiguous in every buffer the loop touches, as a
+// channels-last [N, H, W] is), and no member uses a loop variable as a value or a random
+// offset. A folded loop indexes with one counter and no div/mod per element: measured on the
+// H100 with two steps in flight (docs/decisions.md), BatchNorm statistics over [64, 256, 56, 56]
+// channels-last 79.5 -> 72.5 us.
+std::vector<bool> KernelEmitter::foldable_loop_vars(const std::vector<size_t>& members,
+                                                    const std::vector<Expr>& ranges) {
+  const size_t k = ranges.size();
+  std::vector<bool> fold(k, k > 1);
+  if (k < 2) return fold;
+  auto none = [&] { return std::vector<bool>(k, false); };
+  for (size_t m : members) {
+    const ComputeNode& n = *nodes_[m];
+    const std::vector<Expr> vars = row_inner_vars(n);
+    if (vars.size() != k) return none();
+    std::vector<Expr> flats;
+    for (const Instr& in : n.body.instrs) {
+      if (in.kind == InstrKind::IndexExpr || in.kind == InstrKind::Rand ||
+          in.kind == InstrKind::Randn || in.kind == InstrKind::Indirect)
+        return none();
+      if (in.kind == InstrKind::Load) flats.push_back(flat_index(in.buffer, in.index));
+    }
+    if (!n.is_reduction()) flats.push_back(flat_index(n.out, n.store_index));
+    for (Expr f : flats) {
+      std::vector<Expr> stride(k);
+      Expr rest = f;
+      for (size_t d = 0; d < k; ++d) {
+        stride[d] = ctx_.sub(ctx_.substitute(f, {{vars[d], ctx_.add(vars[d], ctx_.one())}}), f);
+        for (Expr v : vars)
+          if (ctx_.depends_on(stride[d], v)) return none();
+        rest = ctx_.sub(rest, ctx_.mul(stride[d], vars[d]));
+      }
+      for (Expr v : vars)
+        if (ctx_.depends_on(rest, v)) return none();
+      for (size_t d = 0; d + 1 < k; ++d)
+        if (!ctx_.provably_eq(stride[d], ctx_.mul(stride[d + 1], ranges[d + 1]))) fold[d] = false;
+    }
+  }
+  fold[k - 1] = false;
+  return fold;
+}
+
+// The members' shared loop with its foldable variables (foldable_loop_vars) folded into the
+// next: returns the variables that stay and their extents, the last of each run counting the
+// run's whole extent, for decompose(); the folded ones read as 0 in every index from now on
+// (folded_, which flat_index substitutes, until the caller clears it after the loop).
+std::pair<std::vector<std::string>, std::vector<Expr>> KernelEmitter::fold_loop_vars(
+    const std::vector<size_t>& members, const std::vector<std::string>& vars,
+    const std::vector<Expr>& ranges) {
+  const std::vector<bool> fold = foldable_loop_vars(members, ranges);
+  std::vector<std::string> kept;
+  std::vector<Expr> extents;
+  Expr run = ctx_.one();
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    run = ctx_.mul(run, ranges[d]);
+    if (fold[d]) continue;
+    kept.push_back(vars[d]);
+    extents.push_back(run);
+    run = ctx_.one();
+  }
+  for (size_t m : members) {
+    const std::vector<Expr> inner = row_inner_vars(*nodes_[m]);
+    for (size_t d = 0; d < ranges.size(); ++d)
+      if (fold[d]) folded_[inner[d]] = ctx_.zero();
+  }
+  return {kept, extents};
 }
 
 // The register copy of a stored one-per-row value (declared in emit_rows), rounded as the

@@ -83,6 +83,11 @@ class KernelEmitter {
                  const std::vector<Expr>& ranges);
   void decompose_text(const std::string& flat, const std::vector<std::string>& vars,
                       const std::vector<std::string>& ranges);
+  std::vector<bool> foldable_loop_vars(const std::vector<size_t>& members,
+                                       const std::vector<Expr>& ranges);
+  std::pair<std::vector<std::string>, std::vector<Expr>> fold_loop_vars(
+      const std::vector<size_t>& members, const std::vector<std::string>& vars,
+      const std::vector<Expr>& ranges);
   // ---------------------------------------------------------------- pointwise kernels
   std::vector<size_t> pointwise_order();
   std::optional<int64_t> stride_along(Expr flat, Expr var);
@@ -161,6 +166,9 @@ class KernelEmitter {
   std::unordered_map<BufferId, std::string> row_values_;  // buffer -> printed element index
   std::vector<const ComputeNode*> nodes_;
   std::unordered_map<Expr, std::string> sym_names_;
+  // Loop variables folded into the next one (fold_loop_vars): 0 in every index until the
+  // loop that folded them ends and clears this.
+  std::unordered_map<Expr, Expr> folded_;
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
   // Exp and float division as coil::fast:: approximations: every stored output is bf16/f16

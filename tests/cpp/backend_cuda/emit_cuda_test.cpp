@@ -267,8 +267,8 @@ TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
 // columns per warp (8 for f32, 16 for bf16); row reductions do not.
 TEST(EmitCuda, ColumnReductionsGetColumnEntryPoint) {
   CudaSource src = emit_graph(
-      "graph(%0: f32[4096, 768]@cuda, %1: f32[4096, 768]@cuda, %2: bf16[300, 50]@cuda):\n"
-      "  %3: f32[4096, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "graph(%0: f32[1024, 768]@cuda, %1: f32[1024, 768]@cuda, %2: bf16[300, 50]@cuda):\n"
+      "  %3: f32[1024, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
       "  %4: f32[768]@cuda = aten.sum.dim_IntList(%3, [0])\n"
       "  %5: f32[768]@cuda = aten.sum.dim_IntList(%0, [0])\n"
       "  %6: i64[50]@cuda = aten.argmax.default(%2, 0)\n"
@@ -388,9 +388,9 @@ TEST(EmitCuda, ModelGraphsEmitAndCompile) {
 // its own pass.
 TEST(EmitCuda, IndependentReductionsShareOnePass) {
   CudaSource src = emit_graph(
-      "graph(%0: f32[4096, 768]@cuda, %1: f32[4096, 768]@cuda):\n"
+      "graph(%0: f32[1024, 768]@cuda, %1: f32[1024, 768]@cuda):\n"
       "  %2: f32[768]@cuda = aten.sum.dim_IntList(%0, [0])\n"
-      "  %3: f32[4096, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %3: f32[1024, 768]@cuda = aten.mul.Tensor(%0, %1)\n"
       "  %4: f32[768]@cuda = aten.sum.dim_IntList(%3, [0])\n"
       "  %5: f32[768]@cuda = aten.amax.default(%1, [0])\n"
       "  return (%2, %4, %5)\n");

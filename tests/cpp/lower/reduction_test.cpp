@@ -332,19 +332,19 @@ TEST(ReductionLowering, DuplicateDimIsACompileError) {
 // CUDA reductions with few outputs and a long range are split in two stages
 // (src/lower/split_reduction.h); the CPU keeps one. The result is the same reduction.
 TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
-  // [N=2, C=8, H=128, W=64] over N, H, W: 8 outputs of 16384 elements each. Chunks wanted:
-  // min(8192 / 8, 16384 / 1024) = 16 = N whole (2) times a factor 8 of H: partials
-  // [2, 8(H chunks), 8(C)] each over [16, 64], then [8] over [2, 8].
-  const std::vector<int64_t> sz{2, 8, 128, 64};
+  // [N=2, C=8, H=512, W=128] over N, H, W: 8 outputs of 131072 elements each. Chunks wanted:
+  // min(8192 / 8, 131072 / 256) = 512 = N whole (2) times a factor 256 of H: partials
+  // [2, 256(H chunks), 8(C)] each over [2, 128], then [8] over [2, 256].
+  const std::vector<int64_t> sz{2, 8, 512, 128};
   const int64_t n = product(sz);
   std::vector<double> x = as_f32(random_values(n, 41));
   std::vector<double> b = random_values(n, 42, 0, 1.0001, true);  // almost all 0
   // @D: the device.
-  const std::string graph = R"(graph(%0: f32[2, 8, 128, 64]@D, %1: b8[2, 8, 128, 64]@D):
+  const std::string graph = R"(graph(%0: f32[2, 8, 512, 128]@D, %1: b8[2, 8, 512, 128]@D):
   %2: f32[8]@D = aten.sum.dim_IntList(%0, [0, 2, 3])
   %3: f32[1, 8, 1, 1]@D = aten.amax.default(%0, [0, 2, 3], true)
   %4: b8[8]@D = aten.any.dims(%1, [0, 2, 3])
-  %5: i64[2, 128, 64]@D = aten.argmax.default(%0, 1)
+  %5: i64[2, 512, 128]@D = aten.argmax.default(%0, 1)
   return (%2, %3, %4, %5)
 )";
   auto reduction_ranges = [](const Lowered& l) {
@@ -367,30 +367,39 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
   };
   Lowered cuda = lower_text(text("@cuda"));
   const std::vector<std::string> want_cuda = {
-      "2 8 8 over 16 64", "8 over 2 8",  // sum
-      "2 8 8 over 16 64", "8 over 2 8",  // amax (keepdim is a view of [8])
-      "2 8 8 over 16 64", "8 over 2 8",  // any
-      "2 128 64 over 8"};                // argmax: not split (and only 8 long)
+      "2 256 8 over 2 128", "8 over 2 256",  // sum
+      "2 256 8 over 2 128", "8 over 2 256",  // amax (keepdim is a view of [8])
+      "2 256 8 over 2 128", "8 over 2 256",  // any
+      "2 512 128 over 8"};                   // argmax: not split (and only 8 long)
   EXPECT_EQ(reduction_ranges(cuda), want_cuda);
   Lowered cpu = lower_text(text(""));
   EXPECT_EQ(reduction_ranges(cpu).size(), 4u);
-  // Not split: a prime length has no factor for the chunks; 2048 outputs are enough already;
-  // 4096 elements per output are too few to pay for a second kernel.
+  // Not split: a prime length has no factor for the chunks; 4096 outputs are enough already;
+  // 1024 elements per output are too few to pay for a second kernel.
   Lowered prime =
-      lower_text(R"(graph(%0: f32[16411]@cuda, %1: f32[2048, 16384]@cuda, %2: f32[4096, 768]@cuda):
+      lower_text(R"(graph(%0: f32[16411]@cuda, %1: f32[4096, 16384]@cuda, %2: f32[1024, 768]@cuda):
   %3: f32[]@cuda = aten.sum.default(%0)
-  %4: f32[2048]@cuda = aten.sum.dim_IntList(%1, [1])
+  %4: f32[4096]@cuda = aten.sum.dim_IntList(%1, [1])
   %5: f32[768]@cuda = aten.sum.dim_IntList(%2, [0])
   return (%3, %4, %5)
 )");
   EXPECT_EQ(reduction_ranges(prime),
-            (std::vector<std::string>{"over 16411", "2048 over 16384", "768 over 4096"}));
-  // 1024 channels over [64, 14, 14] (ResNet-50's third stage): 8 chunks of 8 images.
+            (std::vector<std::string>{"over 16411", "4096 over 16384", "768 over 1024"}));
+  // 1024 channels over [64, 14, 14] (ResNet-50's third stage): 8 chunks of 8 images; 512 over
+  // [64, 7, 7] (its last stage): 8 chunks too, of 392 elements; a GPT-2 bias gradient, 768
+  // columns over 4096 rows: 8 chunks of 512 rows.
   Lowered bn = lower_text(R"(graph(%0: f32[64, 1024, 14, 14]@cuda):
   %1: f32[1024]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
   return (%1)
 )");
   EXPECT_EQ(reduction_ranges(bn), (std::vector<std::string>{"8 1024 over 8 14 14", "1024 over 8"}));
+  Lowered small = lower_text(R"(graph(%0: f32[64, 512, 7, 7]@cuda, %1: f32[4096, 768]@cuda):
+  %2: f32[512]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
+  %3: f32[768]@cuda = aten.sum.dim_IntList(%1, [0])
+  return (%2, %3)
+)");
+  EXPECT_EQ(reduction_ranges(small), (std::vector<std::string>{"8 512 over 8 7 7", "512 over 8",
+                                                               "8 768 over 512", "768 over 8"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};
@@ -407,16 +416,16 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
 // the input in the same stage-1 loops. A common offset of 1000 with unit noise still gives
 // the variance to 1e-5 relative, and equal values a variance of exactly 0.
 TEST(ReductionLowering, CudaLargeVarianceTakesOnePass) {
-  const std::vector<int64_t> sz{2, 8, 128, 64};
+  const std::vector<int64_t> sz{2, 8, 512, 128};
   const int64_t n = product(sz);
   std::vector<double> x = as_f32(random_values(n, 43, 999, 1001));
   for (int64_t i = 0; i < n; ++i)
-    if ((i / (128 * 64)) % 8 == 3) x[i] = 7.25;  // channel 3: all equal
-  Lowered l = lower_text(R"(graph(%0: f32[2, 8, 128, 64]@cuda):
+    if ((i / (512 * 128)) % 8 == 3) x[i] = 7.25;  // channel 3: all equal
+  Lowered l = lower_text(R"(graph(%0: f32[2, 8, 512, 128]@cuda):
   %1: f32[1, 8, 1, 1]@cuda, %2: f32[1, 8, 1, 1]@cuda = aten.var_mean.correction(%0, [0, 2, 3], correction=0, keepdim=true)
   return (%1, %2)
 )");
-  // Two stage-1 loops over [16, 64] (the sum and the sum of squares, each split), neither
+  // Two stage-1 loops over [2, 128] (the sum and the sum of squares, each split), neither
   // reading a reduction's result: the emitter runs them as one pass.
   std::set<loop::BufferId> reduced;
   std::vector<const loop::ComputeNode*> stage1;
@@ -424,7 +433,7 @@ TEST(ReductionLowering, CudaLargeVarianceTakesOnePass) {
     auto* c = std::get_if<loop::ComputeNode>(&s);
     if (c == nullptr || !c->is_reduction()) continue;
     reduced.insert(c->out);
-    if (l.ctx->as_const(c->reduction_ranges[0]) == 16) stage1.push_back(c);
+    if (l.ctx->as_const(c->reduction_ranges.back()) == 128) stage1.push_back(c);
   }
   ASSERT_EQ(stage1.size(), 2u);
   for (const auto* c : stage1)
