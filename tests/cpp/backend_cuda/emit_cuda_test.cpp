@@ -408,6 +408,25 @@ TEST(EmitCuda, IndependentReductionsShareOnePass) {
   EXPECT_EQ(vcode.find("one pass over the row"), std::string::npos) << vcode;
 }
 
+// A row loop's dims whose strides chain in every index it computes are counted by one
+// variable (fold_loop_vars): a sum over the leading dims of a contiguous [16, 32, 768] reads
+// 768 * r with no div/mod by 32; over a permuted view the dims do not chain and stay apart.
+TEST(EmitCuda, ChainedLoopDimsFoldIntoOneCounter) {
+  const std::string folded = code_of(
+      "graph(%0: f32[16, 32, 768]@cuda):\n"
+      "  %1: f32[768]@cuda = aten.sum.dim_IntList(%0, [0, 1])\n"
+      "  return (%1)\n");
+  EXPECT_EQ(folded.find("% (int)(32)"), std::string::npos) << folded;
+  EXPECT_NE(folded.find("e_ < (int)(512)"), std::string::npos) << folded;
+  EXPECT_NE(folded.find("in0[x0 + 768*r"), std::string::npos) << folded;
+  const std::string apart = code_of(
+      "graph(%0: f32[16, 32, 768]@cuda):\n"
+      "  %1: f32[32, 16, 768]@cuda = aten.permute.default(%0, [1, 0, 2])\n"
+      "  %2: f32[768]@cuda = aten.sum.dim_IntList(%1, [0, 1])\n"
+      "  return (%2)\n");
+  EXPECT_NE(apart.find("% (int)(16)"), std::string::npos) << apart;
+}
+
 // A pointwise member whose output the next reductions read at the element it stores (GPT-2's
 // loss: the contiguous copy of the sliced logits, then their max) shares their loop: the
 // reductions take the stored element from registers (the vector S_, or pv_ in the scalar entry
