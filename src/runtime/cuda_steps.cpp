@@ -201,34 +201,30 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   // Each candidate: one untimed launch, then kReps launches timed one by one, keeping the
   // fastest (a single slow launch, a clock change or another stream's work must not decide);
   // the two best, where within 10% of each other, are timed again and the faster minimum wins.
-  // (Before, one sum of three launches per candidate decided.) Each timed launch follows a
-  // write of kTuneFlushBytes, as in a model the kernel follows the one that wrote its input:
-  // L2 full of dirty lines to write back, not of this kernel's last reads (Triton's do_bench
-  // zeroes a buffer alike). Measured on the H100 (docs/decisions.md): BatchNorm statistics of
-  // [64, 256, 56, 56] took 72.5 us with 512 threads and 80 with 1024 back to back, 81 and 89
-  // after a copy, and the back-to-back timing had picked 1024.
+  // (Before, one sum of three launches per candidate decided.) Launches run back to back, so
+  // the L2 is not the one a model's previous kernel leaves; writing a buffer before each
+  // timed launch (as Triton's do_bench does) was tried and moved resnet50_train's GPU time by
+  // 0.03 ms, within noise, for a 128 MB allocation and memsets per tuned kernel on the first
+  // call (docs/decisions.md).
   constexpr int kReps = 3;
-  cu::CUevent ev[2 * kReps] = {};
+  cu::CUevent ev[kReps + 1] = {};
   for (auto& e : ev) d->check_run(d->cuEventCreate(&e, 0), "cuEventCreate");
-  cu::CUdeviceptr flush = 0;
-  if (d->cuMemAlloc(&flush, cu::kTuneFlushBytes) != 0) flush = 0;  // tune without, then
   auto measure = [&](const cu::LaunchConfig& c) -> float {
     auto fn = static_cast<cu::CUfunction>(kernels_.functions[k][c.entry]);
     auto launch = [&] {
       return d->cuLaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, s, args, nullptr);
     };
     if (launch() != 0) return 1e30f;  // e.g. too many registers for 1024 threads
+    d->cuEventRecord(ev[0], s);
     for (int r = 0; r < kReps; ++r) {
-      if (flush) d->cuMemsetD8Async(flush, 0, cu::kTuneFlushBytes, s);
-      d->cuEventRecord(ev[2 * r], s);
       launch();
-      d->cuEventRecord(ev[2 * r + 1], s);
+      d->cuEventRecord(ev[r + 1], s);
     }
-    d->cuEventSynchronize(ev[2 * kReps - 1]);
+    d->cuEventSynchronize(ev[kReps]);
     float best = 1e30f;
     for (int r = 0; r < kReps; ++r) {
       float ms = 0;
-      d->cuEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]);
+      d->cuEventElapsedTime(&ms, ev[r], ev[r + 1]);
       best = std::min(best, ms);
     }
     return best;
@@ -244,10 +240,6 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   }
   const cu::LaunchConfig best = cands[order[0]];
   for (auto& e : ev) d->cuEventDestroy(e);
-  if (flush) {
-    d->cuStreamSynchronize(s);
-    d->cuMemFree(flush);
-  }
   if (!file.empty()) {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);

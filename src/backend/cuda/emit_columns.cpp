@@ -190,6 +190,7 @@ void KernelEmitter::emit_column_vector(int width) {
   // those the loop does not move (a variance's shift) are loaded once, before it.
   std::vector<std::pair<std::string, std::string>> loads;  // (declaration type, address)
   std::map<std::string, std::string> by_address;
+  int hoisted = 0;
   vec_loads_.clear();
   for (size_t m = 0; m < run; ++m) {
     bind(m, false);
@@ -208,7 +209,7 @@ void KernelEmitter::emit_column_vector(int width) {
         it->second = "L" + std::to_string(loads.size());
         loads.emplace_back(type, address);
       } else if (fresh) {
-        it->second = "K" + std::to_string(by_address.size() - loads.size() - 1);
+        it->second = "K" + std::to_string(hoisted++);
         line("const " + type + " " + it->second + " = *(const " + type + "*)(" + address + ");");
       }
       vec_loads_[{m, static_cast<InstrId>(i)}] = it->second + (moves ? "[s_]" : "");

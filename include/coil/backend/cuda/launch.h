@@ -56,9 +56,6 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
 // Kernels smaller than this many elements (work x row) are launched by the heuristic alone:
 // their time is launch latency, which no configuration changes.
 constexpr int64_t kTuneMinElements = int64_t{1} << 20;
-// The autotuner writes this many bytes before each timed launch (cuda_steps.cpp): more than
-// the H100's 50 MB of L2, so the kernel meets the cache a model's previous kernel leaves.
-constexpr size_t kTuneFlushBytes = size_t{128} << 20;
 
 // The entry-point names of a kernel: {_s, _v, _t} or {_w, _b, _wv, _bv, _c, _br, _cv}; "" where
 // absent.
