@@ -52,6 +52,8 @@ def capture_blocker(gm: fx.GraphModule) -> str:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
             if torch.Tag.nondeterministic_seeded in n.target.tags:
                 return f"random op {n.target}"
+            if n.target is torch.ops.aten.copy_.default:
+                return "input mutation"  # a replay would write the captured copy
     for n in gm.graph.nodes:
         if n.op != "placeholder":
             continue

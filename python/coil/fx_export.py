@@ -347,6 +347,9 @@ class ExportedGraph:
     scalar_inputs: set = dataclasses.field(default_factory=set)
     # Per graph input (input_indices order): the traced strides (ints, or SymValue).
     input_strides: list = dataclasses.field(default_factory=list)
+    # Graph inputs (positions in input_indices order) that the graph writes: copy_(input,
+    # value) nodes, lowered to stores into the input (src/lower/mutation.cpp).
+    mutated_inputs: list = dataclasses.field(default_factory=list)
     # The symbol values of the call in progress on this thread (for run_node_eagerly).
     call_env: threading.local = dataclasses.field(default_factory=threading.local)
     # node_index -> how run_node_eagerly rebuilds the node's arguments (built on first use).
@@ -545,6 +548,7 @@ class _Exporter:
         self.lines: list[str] = []
         self.nodes: list[fx.Node] = []
         self.ops: list[str] = []
+        self.mutated: list[fx.Node] = []  # placeholders written by copy_ nodes
         # SymFloat-valued FX nodes passed to coil as f64[] inputs -> their value id.
         self.scalar_inputs: dict[fx.Node, int | None] = {}
         # Free symbols met while printing (sympy symbol -> a SymNode naming it).
@@ -641,6 +645,9 @@ class _Exporter:
         if name in _DROPPED_OPS:
             self.folded[node] = None
             return
+        if target is torch.ops.aten.copy_.default:
+            self.input_mutation(node)
+            return
         val = _val(node)
         if isinstance(val, torch.Tensor):
             outs: list = [val]
@@ -680,6 +687,21 @@ class _Exporter:
         self.lines.append(f"  {', '.join(decls)} = {name}({', '.join(args)})")
         self.nodes.append(node)
         self.ops.append(name)
+
+    def input_mutation(self, node: fx.Node) -> None:
+        """copy_(input, value), which AOTAutograd leaves at the end of a graph for an input
+        it mutates: a call without outputs, lowered to a store into the input."""
+        dst = node.args[0]
+        if node.users or not isinstance(dst, fx.Node) or dst.op != "placeholder" \
+                or not isinstance(self.ids.get(dst), int):
+            raise ExportError("aten.copy_.default: only copies into graph inputs, whose result "
+                              "is unused, are supported")
+        args = [self.arg(a) for a in node.args]
+        args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
+        self.lines.append(f"  aten.copy_.default({', '.join(args)})")
+        self.nodes.append(node)
+        self.ops.append("aten.copy_.default")
+        self.mutated.append(dst)
 
     def run(self) -> ExportedGraph:
         graph = self.gm.graph
@@ -776,6 +798,7 @@ class _Exporter:
             input_strides=[[v if isinstance(v, int) else SymValue(v)
                             for v in map(_symint_value, _val(placeholders[i]).stride())]
                            for i in input_indices],
+            mutated_inputs=[input_indices.index(placeholders.index(n)) for n in self.mutated],
         )
 
     def bind_symbols(self, placeholders: list[fx.Node]) -> SymBinder | None:

@@ -65,7 +65,8 @@ def _compile_option_fields() -> dict[str, type]:
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "cuda_graphs": bool, "cse": bool, "recompute": bool,
                                          "log_softmax_via_logsumexp": bool,
-                                         "free_backward_inputs": bool}
+                                         "free_backward_inputs": bool,
+                                         "input_mutations_in_graph": bool}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -120,6 +121,10 @@ class CoilOptions:
     # reader (from their second call on), as Inductor does; off, they live to the end of the
     # backward (ResNet-50 training: backward peak 1.1 GB above Inductor's).
     free_backward_inputs: bool = True
+    # Input mutations (BatchNorm's running statistics) stay in the graph as copy_ nodes that
+    # coil lowers to stores into the input (src/lower/mutation.cpp), instead of extra outputs
+    # that AOTAutograd's wrapper copies back after every call.
+    input_mutations_in_graph: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 

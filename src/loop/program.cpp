@@ -39,4 +39,19 @@ BufferId LoopProgram::add_buffer(Buffer b) {
   return buffers.back().id;
 }
 
+std::set<BufferId> written_through_alias(const LoopProgram& p, const std::set<BufferId>& buffers,
+                                         const std::set<BufferId>& written) {
+  auto root = [&](BufferId b) {
+    while (p.buffer(b).kind == BufferKind::View) b = p.buffer(b).view_of;
+    return b;
+  };
+  std::set<BufferId> out;
+  for (BufferId a : buffers) {
+    for (BufferId b : buffers) {
+      if (a != b && root(a) == root(b) && (written.count(a) || written.count(b))) out.insert(a);
+    }
+  }
+  return out;
+}
+
 }  // namespace coil::loop

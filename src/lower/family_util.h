@@ -43,6 +43,10 @@ std::optional<TensorValue> fuse_matmul_epilogue(LoweringContext& ctx, const Node
                                                 loop::MatmulEpilogue epilogue, bool exact_gelu);
 std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
 
+// aten.copy_(input, value) at the end of a graph: the value stored into the input's own
+// storage (mutation.cpp). lower_graph calls it after the graph's outputs are lowered.
+void lower_input_mutation(LoweringContext& ctx, const Node& node);
+
 inline int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {
   const Arg* a = node.arg(i, name);
   if (a == nullptr || a->is_none()) return def;

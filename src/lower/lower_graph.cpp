@@ -11,6 +11,9 @@ namespace coil::lower {
 
 namespace {
 
+// A graph's input mutations: copy_(input, value) without a result (src/lower/mutation.cpp).
+constexpr std::string_view kInputMutationOp = "aten.copy_.default";
+
 void add_size_symbols(const Graph& graph, loop::LoopProgram& prog) {
   sym::Context& c = graph.ctx();
   auto known = [&](sym::Expr s) {
@@ -86,8 +89,15 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
 
   const LoweringRegistry& registry = lowering_registry();
   const auto& nodes = graph.nodes();
+  std::vector<const Node*> mutations;
   for (size_t pos = 0; pos < nodes.size(); ++pos) {
     const Node& node = *nodes[pos];
+    if (node.op() == kInputMutationOp) {
+      // Lowered last (below): every other reader of the input comes before the write.
+      COIL_USER_CHECK(node.outputs().empty()) << node.op() << ": its result must be unused";
+      mutations.push_back(&node);
+      continue;
+    }
     const LoweringFn* fn = registry.find(node.op());
     if (fn == nullptr) {
       COIL_USER_CHECK(!options.strict) << node.op() << ": no lowering";
@@ -132,6 +142,7 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
       prog.outputs.push_back(lc.as_buffer(r));
     }
   }
+  for (const Node* m : mutations) detail::lower_input_mutation(lc, *m);
   return res;
 }
 

@@ -154,16 +154,7 @@ TensorValue LoweringContext::realize_with_strides(const TensorValue& v,
   BufferId out = new_buffer(v.dtype, v.sizes);
   program_->buffers[out].strides = std::move(strides);
   program_->buffers[out].device = v.device;
-  loop::ComputeNode node;
-  node.out = out;
-  IterSpace it = make_iter_space(*this, v.sizes, 'i');
-  node.ranges = it.ranges;
-  node.index_vars = it.vars;
-  BodyBuilder b(node.body);
-  InstrId r = drop_rounding_before_store(node.body, v.load(b, it.index), v.dtype);
-  node.body.result = b.cast(r, dtype_compute(v.dtype));
-  node.store_index = it.index;
-  program_->steps.push_back(std::move(node));
+  store_into(out, v);
   TensorValue result = from_buffer(out);
   result.device = v.device;
   // Remember the realization when `v` is the stored value of a graph Value.
@@ -174,6 +165,22 @@ TensorValue LoweringContext::realize_with_strides(const TensorValue& v,
     }
   }
   return result;
+}
+
+void LoweringContext::store_into(BufferId out, const TensorValue& v) {
+  const loop::Buffer& B = program_->buffer(out);
+  COIL_CHECK(B.sizes.size() == v.sizes.size() && B.dtype == v.dtype)
+      << "store_into " << B.name << ": value of another rank or dtype";
+  loop::ComputeNode node;
+  node.out = out;
+  IterSpace it = make_iter_space(*this, v.sizes, 'i');
+  node.ranges = it.ranges;
+  node.index_vars = it.vars;
+  BodyBuilder b(node.body);
+  InstrId r = drop_rounding_before_store(node.body, v.load(b, it.index), v.dtype);
+  node.body.result = b.cast(r, dtype_compute(v.dtype));
+  node.store_index = it.index;
+  program_->steps.push_back(std::move(node));
 }
 
 TensorValue LoweringContext::realize(const TensorValue& v) {

@@ -19,6 +19,13 @@ BufferId storage_root(const loop::LoopProgram& p, BufferId id) {
   return id;
 }
 
+BufferId mutated_input(const loop::LoopProgram& p, int step) {
+  const auto* n = std::get_if<loop::ComputeNode>(&p.steps.at(step));
+  if (n == nullptr || p.buffer(n->out).kind != BufferKind::View) return -1;
+  const BufferId root = storage_root(p, n->out);
+  return p.buffer(root).kind == BufferKind::Input ? root : -1;
+}
+
 std::vector<StepDeps> compute_dependencies(const loop::LoopProgram& p) {
   std::vector<StepDeps> deps(p.steps.size());
   for (size_t s = 0; s < p.steps.size(); ++s) {

@@ -110,7 +110,8 @@ class Fuser {
     return p_.buffer(std::get<ComputeNode>(p_.steps[step]).out).name;
   }
 
-  // Groups whose outputs group g reads (excluding g).
+  // Groups whose outputs group g reads (excluding g), and for a group that writes a graph
+  // input, the groups that read that input (they must run before the write).
   std::set<int> group_deps(int g) const {
     std::set<int> out;
     for (int s : groups_[g].steps) {
@@ -120,8 +121,61 @@ class Fuser {
         int pg = step_group_[ps];
         if (pg >= 0 && pg != g) out.insert(pg);
       }
+      const BufferId in = mutated_input(p_, s);
+      if (in < 0) continue;
+      for (int t : input_readers(in)) {
+        const int tg = step_group_[t];
+        if (t != s && tg >= 0 && tg != g) out.insert(tg);
+      }
     }
     return out;
+  }
+
+  // Steps that read graph input `in` (any view of it).
+  std::vector<int> input_readers(BufferId in) const {
+    std::vector<int> out;
+    for (size_t t = 0; t < deps_.size(); ++t) {
+      const auto& rr = deps_[t].read_roots;
+      if (std::find(rr.begin(), rr.end(), in) != rr.end()) out.push_back(static_cast<int>(t));
+    }
+    return out;
+  }
+
+  // Why step s, which writes graph input `in`, cannot join group g (outer ranges `outer`);
+  // empty if it can. The other readers of the input must all be members of g that read, one
+  // element per outer point, the element s writes at that point; s itself must also be one
+  // element per outer point (members with inner loops may spread an outer point's elements
+  // over threads differently). The write then follows every read of its element.
+  std::string mutation_hazard(int s, const ComputeNode& n, BufferId in, int g,
+                              const std::vector<sym::Expr>& outer) const {
+    const loop::Buffer& out = p_.buffer(n.out);
+    for (int t : input_readers(in)) {
+      if (t == s) continue;
+      if (step_group_[t] != g) {
+        return "writes input " + p_.buffer(in).name + ", read outside the kernel (step " +
+               std::to_string(t) + ")";
+      }
+      const auto& r = std::get<ComputeNode>(p_.steps[t]);
+      if (n.ranges.size() != outer.size() || r.ranges.size() != outer.size()) {
+        return "writes input " + p_.buffer(in).name + " with inner loops in the kernel";
+      }
+      for (const Read& rd : deps_[t].reads) {
+        if (storage_root(p_, rd.buffer) != in) continue;
+        const loop::Buffer& B = p_.buffer(rd.buffer);
+        bool same = B.strides == out.strides && B.offset == out.offset;
+        for (size_t d = 0; same && d < n.store_index.size(); ++d) {
+          sym::Expr want = n.store_index[d];
+          for (size_t j = 0; j < n.index_vars.size(); ++j)
+            if (want == n.index_vars[j]) want = r.index_vars.at(j);
+          same = rd.load->index.at(d) == want;
+        }
+        if (!same) {
+          return "writes input " + p_.buffer(in).name + " that step " + std::to_string(t) +
+                 " reads at another element";
+        }
+      }
+    }
+    return "";
   }
 
   std::set<int> ancestors_of_groups(const std::set<int>& start) const {
@@ -212,6 +266,9 @@ class Fuser {
                  ", not at the kernel's outer point";
         }
       }
+    }
+    if (const BufferId in = mutated_input(p_, s); in >= 0) {
+      if (std::string why = mutation_hazard(s, n, in, g, *o); !why.empty()) return why;
     }
     *outer = *o;
     return "";

@@ -27,6 +27,10 @@ MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& 
   }
   std::vector<bool> pinned(nb, false);
   for (BufferId o : p.outputs) pinned[storage_root(p, o)] = true;
+  // A mutated input is written at the end: the run must hold it to the last step.
+  for (size_t st = 0; st < p.steps.size(); ++st) {
+    if (const BufferId in = mutated_input(p, static_cast<int>(st)); in >= 0) pinned[in] = true;
+  }
 
   std::vector<int> first_write(nb, -1), last_use(nb, -1);
   std::vector<std::vector<BufferId>> writes_at(nt);

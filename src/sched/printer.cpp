@@ -4,6 +4,7 @@
 //   kernel0 over [8]:
 //     step0 buf1 = reduce max [8] over [16] (local)
 //     step2 buf3 = pointwise [8, 16] -> storage0
+//     step4 buf5 = pointwise [8] -> in2 (input mutation)
 //   extern mm (step3): buf3, in1 -> buf4 -> storage1
 //   free storage0
 //   outputs: buf4
@@ -47,6 +48,11 @@ std::string print_schedule(const loop::LoopProgram& program, const Schedule& sch
         }
         bool local = std::find(k.local_buffers.begin(), k.local_buffers.end(), n.out) !=
                      k.local_buffers.end();
+        const loop::BufferId in = detail::mutated_input(program, st);
+        if (in >= 0) {
+          os << " -> " << program.buffer(in).name << " (input mutation)\n";
+          continue;
+        }
         os << (local ? " (local)" : where(n.out)) << "\n";
       }
     } else {

@@ -26,6 +26,10 @@ loop::BufferId storage_root(const loop::LoopProgram& p, loop::BufferId id);
 
 std::vector<StepDeps> compute_dependencies(const loop::LoopProgram& p);
 
+// The graph input a ComputeNode step writes (an input mutation: src/lower/mutation.cpp), or
+// -1 for every other step.
+loop::BufferId mutated_input(const loop::LoopProgram& p, int step);
+
 // Per BufferId: the step that writes it, or -1 (inputs, views).
 std::vector<int> buffer_producers(const loop::LoopProgram& p, const std::vector<StepDeps>& deps);
 

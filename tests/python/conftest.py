@@ -69,9 +69,12 @@ class ParsedGraph:
         self.nodes = []  # (op, [input ids], [(out id, meta)])
         for line in lines[1:-1]:
             assert line.startswith("  "), line
-            lhs, rhs = line[2:].split(" = ", 1)
-            outs = [(int(i), m) for i, m in _DECL.findall(lhs)]
-            assert outs, line
+            if " = " in line.split("(", 1)[0]:
+                lhs, rhs = line[2:].split(" = ", 1)
+                outs = [(int(i), m) for i, m in _DECL.findall(lhs)]
+                assert outs, line
+            else:  # a call without outputs: an input mutation, copy_(input, value)
+                rhs, outs = line[2:], []
             op, rest = rhs.split("(", 1)
             assert rest.endswith(")"), line
             refs = [int(i) for i in _REF.findall(_strip_strings(rest))]
@@ -111,6 +114,8 @@ class FakeCompiledGraph:
             checked()
         for k, (op, refs, outs) in enumerate(g.nodes):
             res = self.fallback(k, [env[r] for r in refs])
+            if not outs:
+                continue  # copy_ wrote its input; its result is not a graph value
             assert isinstance(res, list) and len(res) == len(outs), (op, len(res), len(outs))
             for (i, meta), t in zip(outs, res):
                 dt, sizes, strides, off, _ = parse_meta(meta)

@@ -20,6 +20,7 @@
 //     -> store [i0, 0] %0
 #pragma once
 
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -173,5 +174,11 @@ struct LoopProgram {
   const Buffer& buffer(BufferId id) const { return buffers.at(id); }
   BufferId add_buffer(Buffer b);  // assigns id and name; returns id
 };
+
+// The buffers of `buffers` that share a storage with another of them while one of the two is
+// in `written` (an input mutation's view and the input it writes): their pointers alias, so
+// the backends declare them without __restrict__.
+std::set<BufferId> written_through_alias(const LoopProgram& p, const std::set<BufferId>& buffers,
+                                         const std::set<BufferId>& written);
 
 }  // namespace coil::loop

@@ -120,6 +120,10 @@ class LoweringContext {
   // Like realize, but always computes a new Intermediate buffer with the given strides (a
   // dense layout, e.g. a graph output's strides).
   TensorValue realize_with_strides(const TensorValue& v, std::vector<sym::Expr> strides);
+  // One pointwise ComputeNode writing every element of `v` into the existing buffer `out` (of
+  // v's sizes and dtype): realize_with_strides' node, also for a View of a graph input (an
+  // input mutation, src/lower/mutation.cpp).
+  void store_into(loop::BufferId out, const TensorValue& v);
   // Ensures `v` is a strided window of a buffer (realizing it if not) and returns a View buffer
   // describing it, for extern kernel inputs.
   loop::BufferId as_buffer(const TensorValue& v);

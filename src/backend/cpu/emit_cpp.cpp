@@ -195,6 +195,7 @@ class KernelEmitter {
     }
     std::set<BufferId> all = read;
     all.insert(written.begin(), written.end());
+    const std::set<BufferId> shared = loop::written_through_alias(p_, all, written);
     for (BufferId b : all) {
       const loop::Buffer& B = buf(b);
       // bool buffers are addressed as bytes: gcc would not vectorize some loops loading
@@ -202,8 +203,9 @@ class KernelEmitter {
       std::string T = B.dtype == DType::Bool ? "uint8_t" : ctype(B.dtype);
       bool w = written.count(b) > 0;
       std::string q = w ? "" : "const ";
-      line(q + T + "* __restrict__ " + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) +
-           "];");
+      // A mutated input written through a view and read through another name: no restrict.
+      std::string r = shared.count(b) ? "* " : "* __restrict__ ";
+      line(q + T + r + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) + "];");
     }
     if (rng) {
       COIL_CHECK(p_.rng_state >= 0) << "Rand without an rng_state buffer";

@@ -117,12 +117,15 @@ void KernelEmitter::collect_params() {
 std::string KernelEmitter::param_list() {
   std::string s;
   auto add = [&](const std::string& x) { s += (s.empty() ? "" : ", ") + x; };
+  const std::set<BufferId> all(info_.buffers.begin(), info_.buffers.end());
+  const std::set<BufferId> shared = loop::written_through_alias(p_, all, written_);
   for (BufferId b : info_.buffers) {
     const loop::Buffer& B = buf(b);
     bool w = written_.count(b) > 0;
     // A buffer this kernel both writes and reads (through other threads of the group) gets
-    // no __restrict__: the compiler must not move its loads across the group barrier.
-    bool rw = w && read_.count(b) > 0;
+    // no __restrict__: the compiler must not move its loads across the group barrier. Nor
+    // does a mutated input written through a view and read through another name.
+    bool rw = (w && read_.count(b) > 0) || shared.count(b) > 0;
     add(std::string(w ? "" : "const ") + ctype(B.dtype) + (rw ? "* " : "* __restrict__ ") + B.name);
   }
   for (const auto& ss : p_.size_symbols) add("int64_t " + cpp_identifier(ss.symbol->name));

@@ -202,6 +202,44 @@ TEST(CompileGraph, RunConsumingDropsEachInputAfterItsLastReader) {
   EXPECT_EQ(checked, 1);
 }
 
+// copy_(input, value) at the end of a graph writes the input itself (src/lower/mutation.cpp),
+// after every read of its old value: the output reads it at other elements (flip) and is
+// realized after the mutation node is lowered; the new value reads it at the same element.
+TEST(CompileGraph, InputMutationWritesTheInputAfterEveryRead) {
+  const char* text = R"(graph(%0: f32[64], %1: f32[64, 32], %7: f32[16, 64]):
+  %2: f32[64] = aten.flip.default(%0, [0])
+  %3: f32[64] = aten.sum.dim_IntList(%1, [1])
+  %4: f32[64] = aten.mul.Tensor(%0, 0.9)
+  %5: f32[64] = aten.add.Tensor(%4, %3)
+  %6: f32[64] = aten.add.Tensor(%2, %0)
+  aten.copy_.default(%0, %5)
+  aten.copy_.default(%7, %0)
+  return (%6)
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto x = make_tensor<float>(DType::Float32, {64});
+  auto m = make_tensor<float>(DType::Float32, {64, 32});
+  fill_random<float>(x, 4);
+  fill_random<float>(m, 5);
+  auto rows = make_tensor<float>(DType::Float32, {16, 64});
+  std::vector<float> x0(64), m0(64 * 32);
+  for (int64_t i = 0; i < 64; ++i) x0[i] = at<float>(x, {i});
+  for (int64_t i = 0; i < 64 * 32; ++i) m0[i] = at<float>(m, {i / 32, i % 32});
+  auto out = g->run({x, m, rows});
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t i = 0; i < 64; ++i) {
+    float rowsum = 0;
+    for (int64_t j = 0; j < 32; ++j) rowsum += m0[i * 32 + j];
+    EXPECT_NEAR(at<float>(out[0], {i}), x0[63 - i] + x0[i], 1e-5) << i;
+    EXPECT_NEAR(at<float>(x, {i}), 0.9f * x0[i] + rowsum, 1e-4) << i;
+    // %7 takes %0 broadcast over its rows: the old %0 (the graph's value %0 is the input as
+    // it came in), so this copy runs before %0 is written.
+    for (int64_t r = 0; r < 16; ++r) EXPECT_EQ(at<float>(rows, {r, i}), x0[i]) << r << " " << i;
+  }
+  EXPECT_NE(g->artifacts().schedule.find("-> in0 (input mutation)"), std::string::npos)
+      << g->artifacts().schedule;
+}
+
 TEST(CompileGraph, SymbolicSizesAndGuards) {
   const char* text = R"(graph(%0: f32[s0, 3]):
   %1: f32[s0, 3] = aten.neg.default(%0)

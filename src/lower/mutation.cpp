@@ -1,0 +1,90 @@
+// Input mutations: the aten.copy_(input, value) nodes that AOTAutograd leaves at the end of a
+// graph for the inputs it mutates (BatchNorm's running statistics and batch counter) when coil
+// asks it to keep input mutations in the graph. Each becomes one pointwise ComputeNode that
+// stores the value into a View of the input's own storage, so the kernel computing the new
+// running mean writes it where it lives: no extra output, no copy back after the call (159
+// device copies per ResNet-50 training step when AOTAutograd's wrapper did them).
+//
+// lower_graph lowers these nodes after the graph's outputs, so every other read of the input
+// is an earlier step; the scheduler keeps it that way (sched/fusion.cpp: such a write joins a
+// kernel only where no read of the input is left outside it, and runs after all of them).
+#include <algorithm>
+
+#include "coil/graph/tensor_meta.h"
+#include "coil/lower/lowering.h"
+#include "coil/lower/realize.h"
+#include "coil/support/error.h"
+#include "family_util.h"
+
+namespace coil::lower::detail {
+
+namespace {
+
+loop::BufferId root_of(const loop::LoopProgram& p, loop::BufferId id) {
+  while (p.buffer(id).kind == loop::BufferKind::View) id = p.buffer(id).view_of;
+  return id;
+}
+
+// Whether the node reads `root` only at the element it stores, through a buffer of the same
+// layout as `out`: then each element is read before it is overwritten, by the same thread.
+bool reads_only_stored_element(const loop::LoopProgram& p, const loop::ComputeNode& n,
+                               loop::BufferId root) {
+  const loop::Buffer& out = p.buffer(n.out);
+  for (const loop::Instr& in : n.body.instrs) {
+    if (in.kind != loop::InstrKind::Load || root_of(p, in.buffer) != root) continue;
+    const loop::Buffer& B = p.buffer(in.buffer);
+    const bool same_layout = B.strides == out.strides && B.offset == out.offset;
+    if (!same_layout || in.index != n.store_index) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void lower_input_mutation(LoweringContext& lc, const Node& node) {
+  sym::Context& c = lc.ctx();
+  const Arg* self = node.arg(0, "self");
+  COIL_USER_CHECK(self != nullptr && self->is_value()) << node.op() << ": self is not a tensor";
+  const Value* dst = self->value();
+  COIL_USER_CHECK(dst->is_input())
+      << node.op() << ": copies into a value that is not a graph input (only input mutations, "
+      << "at the end of a graph, are supported)";
+  const TensorValue& d = lc.value(dst);
+  COIL_CHECK(d.strided.has_value()) << "graph input without a buffer";
+  const TensorMeta& m = dst->meta();
+  // Every element must have a place of its own: an input whose strides are those of a dense
+  // layout (a broadcast or overlapping input cannot be written element by element).
+  COIL_USER_CHECK(m.strides.empty() || m.strides == dense_strides_like(c, m))
+      << node.op() << ": the mutated input is not dense";
+
+  const TensorValue& src = lc.arg_value(node, 1, "src");
+  const TensorValue value = lc.pointwise(
+      d.dtype, d.sizes,
+      [&c, load = src.load, sizes = src.sizes, dtype = d.dtype](loop::BodyBuilder& b,
+                                                                const std::vector<sym::Expr>& idx) {
+        return b.cast(load(b, broadcast_index(c, sizes, idx)), dtype_compute(dtype));
+      },
+      src.inline_cost + 1, src.inline_reads);
+
+  loop::LoopProgram& p = lc.program();
+  loop::Buffer view;
+  view.kind = loop::BufferKind::View;
+  view.dtype = d.dtype;
+  view.device = d.device;
+  view.sizes = d.sizes;
+  view.strides = d.strided->strides;
+  view.offset =
+      d.strided->offset && c.as_const(d.strided->offset) != 0 ? d.strided->offset : nullptr;
+  view.view_of = d.strided->base;
+  const loop::BufferId out = p.add_buffer(std::move(view));
+  lc.store_into(out, value);
+  const auto& written = std::get<loop::ComputeNode>(p.steps.back());
+  if (reads_only_stored_element(p, written, d.strided->base)) return;
+  // The value reads the input at other elements (x.copy_(x.flip(0))): compute it into a
+  // buffer of its own first, then copy that.
+  p.steps.pop_back();
+  const TensorValue tmp = lc.realize_with_strides(value, contiguous_strides(c, value.sizes));
+  lc.store_into(out, tmp);
+}
+
+}  // namespace coil::lower::detail
