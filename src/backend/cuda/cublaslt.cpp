@@ -1,7 +1,9 @@
 #include "coil/backend/cuda/cublaslt.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -51,6 +53,15 @@ struct HeuristicResult {
   int reserved[4];
 };
 
+// One product's cuBLASLt objects: the operation (its bias pointer is set per call), the
+// three layouts and the heuristic's algorithm (none: cuBLASLt has no algorithm for it).
+struct Problem {
+  Desc op = nullptr, ad = nullptr, bd = nullptr, dd = nullptr;
+  std::optional<Algo> algo;
+};
+// What a Problem depends on (gemm's `key`).
+constexpr size_t kKeyFields = 16;
+
 struct Lt {
   Status (*create)(Handle*);
   Status (*desc_create)(Desc*, int compute, int scale);
@@ -70,8 +81,10 @@ struct Lt {
   Handle handle = nullptr;
   CUdeviceptr workspace = 0;
   std::string why;
-  std::mutex mu;  // guards `algos`
-  std::map<std::string, std::optional<Algo>> algos;
+  // Each problem's descriptors and algorithm, made once: creating them and asking the
+  // heuristic on every call cost more host time than launching the product.
+  std::mutex mu;  // guards `problems`, and a problem's descriptors while it is launched
+  std::map<std::array<int64_t, kKeyFields>, std::unique_ptr<Problem>> problems;
 };
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -135,6 +148,49 @@ int data_type(DType t) {
   }
 }
 
+// Creates p's descriptors for the product of gemm() and asks the heuristic for an algorithm;
+// false where cuBLASLt rejects a descriptor (p is then left empty).
+bool prepare(Lt& l, const GemmArgs& g, Problem& p, int type, int compute, int op_a, int op_b,
+             int epilogue, const Layout& la, const Layout& lb, int64_t ldc) {
+  bool ok = l.desc_create(&p.op, compute, kR32F) == 0;
+  ok = ok && l.desc_set(p.op, kDescTransA, &op_a, sizeof op_a) == 0;
+  ok = ok && l.desc_set(p.op, kDescTransB, &op_b, sizeof op_b) == 0;
+  ok = ok && l.desc_set(p.op, kDescEpilogue, &epilogue, sizeof epilogue) == 0;
+  ok = ok && (lb.row_major ? l.layout_create(&p.ad, type, g.n, g.k, lb.ld)
+                           : l.layout_create(&p.ad, type, g.k, g.n, lb.ld)) == 0;
+  ok = ok && (la.row_major ? l.layout_create(&p.bd, type, g.k, g.m, la.ld)
+                           : l.layout_create(&p.bd, type, g.m, g.k, la.ld)) == 0;
+  ok = ok && l.layout_create(&p.dd, type, g.n, g.m, std::max<int64_t>(ldc, g.n)) == 0;
+  if (ok && g.batch > 1) {
+    const int32_t count = static_cast<int32_t>(g.batch);
+    int64_t sa = g.b.batch_stride, sb = g.a.batch_stride, sd = g.c_batch_stride;
+    ok = l.layout_set(p.ad, kLayoutBatchCount, &count, sizeof count) == 0 &&
+         l.layout_set(p.ad, kLayoutBatchOffset, &sa, sizeof sa) == 0 &&
+         l.layout_set(p.bd, kLayoutBatchCount, &count, sizeof count) == 0 &&
+         l.layout_set(p.bd, kLayoutBatchOffset, &sb, sizeof sb) == 0 &&
+         l.layout_set(p.dd, kLayoutBatchCount, &count, sizeof count) == 0 &&
+         l.layout_set(p.dd, kLayoutBatchOffset, &sd, sizeof sd) == 0;
+  }
+  // The heuristic sees a bias pointer of the call's alignment (part of the problem's key).
+  if (ok && g.bias) ok = l.desc_set(p.op, kDescBiasPointer, &g.bias, sizeof g.bias) == 0;
+  if (ok) {
+    size_t ws = kWorkspaceBytes;
+    HeuristicResult res{};
+    int n = 0;
+    Desc pref = nullptr;
+    if (l.pref_create(&pref) == 0 && l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof ws) == 0 &&
+        l.heuristic(l.handle, p.op, p.ad, p.bd, p.dd, p.dd, pref, 1, &res, &n) == 0 && n > 0)
+      p.algo = res.algo;
+    if (pref) l.pref_destroy(pref);
+    return true;
+  }
+  if (p.op) l.desc_destroy(p.op);
+  for (Desc d : {p.ad, p.bd, p.dd})
+    if (d) l.layout_destroy(d);
+  p = Problem{};
+  return false;
+}
+
 }  // namespace
 
 std::string cublaslt_unavailable_reason() { return lt().why; }
@@ -158,82 +214,47 @@ bool gemm(const GemmArgs& g, void* stream, std::string* why) {
   const int op_a = lb->row_major ? kOpN : kOpT;
   const int op_b = la->row_major ? kOpN : kOpT;
   const int compute = g.dtype == DType::Float32 && g.allow_tf32 ? kCompute32FFastTF32 : kCompute32F;
-  Desc op = nullptr, ad = nullptr, bd = nullptr, dd = nullptr, pref = nullptr;
-  auto cleanup = [&] {
-    if (op) l.desc_destroy(op);
-    if (ad) l.layout_destroy(ad);
-    if (bd) l.layout_destroy(bd);
-    if (dd) l.layout_destroy(dd);
-    if (pref) l.pref_destroy(pref);
-  };
-  bool ok = l.desc_create(&op, compute, kR32F) == 0;
-  ok = ok && l.desc_set(op, kDescTransA, &op_a, sizeof op_a) == 0;
-  ok = ok && l.desc_set(op, kDescTransB, &op_b, sizeof op_b) == 0;
+  if (g.activation < 0 || g.activation > 2) return fail("unknown epilogue activation");
   static constexpr int kEpilogues[3][2] = {{kEpilogueDefault, kEpilogueBias},
                                            {kEpilogueRelu, kEpilogueReluBias},
                                            {kEpilogueGelu, kEpilogueGeluBias}};
-  if (g.activation < 0 || g.activation > 2) {
-    *why = "unknown epilogue activation";
-    return false;
-  }
   const int epilogue = kEpilogues[g.activation][g.bias ? 1 : 0];
-  ok = ok && l.desc_set(op, kDescEpilogue, &epilogue, sizeof epilogue) == 0;
-  if (g.bias) ok = ok && l.desc_set(op, kDescBiasPointer, &g.bias, sizeof g.bias) == 0;
   const int64_t ldc = g.n == 1 && g.m == 1 ? 1 : g.c_stride0;
-  ok = ok && (lb->row_major ? l.layout_create(&ad, type, g.n, g.k, lb->ld)
-                            : l.layout_create(&ad, type, g.k, g.n, lb->ld)) == 0;
-  ok = ok && (la->row_major ? l.layout_create(&bd, type, g.k, g.m, la->ld)
-                            : l.layout_create(&bd, type, g.m, g.k, la->ld)) == 0;
-  ok = ok && l.layout_create(&dd, type, g.n, g.m, std::max<int64_t>(ldc, g.n)) == 0;
-  if (ok && g.batch > 1) {
-    const int32_t count = static_cast<int32_t>(g.batch);
-    int64_t sa = g.b.batch_stride, sb = g.a.batch_stride, sd = g.c_batch_stride;
-    ok = l.layout_set(ad, kLayoutBatchCount, &count, sizeof count) == 0 &&
-         l.layout_set(ad, kLayoutBatchOffset, &sa, sizeof sa) == 0 &&
-         l.layout_set(bd, kLayoutBatchCount, &count, sizeof count) == 0 &&
-         l.layout_set(bd, kLayoutBatchOffset, &sb, sizeof sb) == 0 &&
-         l.layout_set(dd, kLayoutBatchCount, &count, sizeof count) == 0 &&
-         l.layout_set(dd, kLayoutBatchOffset, &sd, sizeof sd) == 0;
-  }
-  if (!ok) {
-    cleanup();
-    return fail("cuBLASLt rejected the descriptors");
-  }
-  // The algorithm per problem (heuristic queries cost more than the small matmuls themselves).
-  std::string key =
-      std::to_string(type) + " " + std::to_string(compute) + " " + std::to_string(op_a) +
-      std::to_string(op_b) + " " + std::to_string(g.batch) + " " + std::to_string(g.m) + " " +
-      std::to_string(g.n) + " " + std::to_string(g.k) + " " + std::to_string(la->ld) + " " +
-      std::to_string(lb->ld) + " " + std::to_string(ldc) + " " + std::to_string(epilogue) + " " +
-      std::to_string(reinterpret_cast<uintptr_t>(g.bias) % 16) + " " +
-      std::to_string(g.a.batch_stride) + " " + std::to_string(g.b.batch_stride) + " " +
-      std::to_string(g.c_batch_stride);
-  std::optional<Algo> algo;
-  {
-    std::lock_guard<std::mutex> lock(l.mu);
-    auto it = l.algos.find(key);
-    if (it != l.algos.end()) {
-      algo = it->second;
-    } else {
-      size_t ws = kWorkspaceBytes;
-      HeuristicResult res{};
-      int n = 0;
-      if (l.pref_create(&pref) == 0 && l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof ws) == 0 &&
-          l.heuristic(l.handle, op, ad, bd, dd, dd, pref, 1, &res, &n) == 0 && n > 0) {
-        algo = res.algo;
-      }
-      l.algos[key] = algo;
+  const std::array<int64_t, kKeyFields> key = {
+      type,
+      compute,
+      op_a * 2 + op_b,
+      g.batch,
+      g.m,
+      g.n,
+      g.k,
+      la->ld,
+      lb->ld,
+      ldc,
+      epilogue,
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.bias) % 16),
+      g.a.batch_stride,
+      g.b.batch_stride,
+      g.c_batch_stride,
+      0};
+  std::lock_guard<std::mutex> lock(l.mu);
+  std::unique_ptr<Problem>& slot = l.problems[key];
+  if (!slot) {
+    auto p = std::make_unique<Problem>();
+    if (!prepare(l, g, *p, type, compute, op_a, op_b, epilogue, *la, *lb, ldc)) {
+      l.problems.erase(key);
+      return fail("cuBLASLt rejected the descriptors");
     }
+    slot = std::move(p);
   }
-  if (!algo) {
-    cleanup();
-    return fail("no cuBLASLt algorithm for this problem");
-  }
+  Problem& p = *slot;
+  if (!p.algo) return fail("no cuBLASLt algorithm for this problem");
+  if (g.bias && l.desc_set(p.op, kDescBiasPointer, &g.bias, sizeof g.bias) != 0)
+    return fail("cuBLASLt rejected the bias");
   const float alpha = g.alpha, beta = 0.0f;
-  Status st = l.matmul(l.handle, op, &alpha, g.b.data, ad, g.a.data, bd, &beta, g.c, dd, g.c, dd,
-                       &*algo, reinterpret_cast<void*>(l.workspace), kWorkspaceBytes,
+  Status st = l.matmul(l.handle, p.op, &alpha, g.b.data, p.ad, g.a.data, p.bd, &beta, g.c, p.dd,
+                       g.c, p.dd, &*p.algo, reinterpret_cast<void*>(l.workspace), kWorkspaceBytes,
                        static_cast<CUstream>(stream));
-  cleanup();
   if (st != 0)
     throw std::runtime_error("coil: cublasLtMatmul failed (status " + std::to_string(st) + ")");
   return true;
