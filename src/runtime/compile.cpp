@@ -114,25 +114,6 @@ Device graph_device(const loop::LoopProgram& program) {
   return *dev;
 }
 
-// The unit of each kernel: longest source first, each to the unit with the least source so
-// far (NVRTC's time per kernel follows its source length: correlation 0.95 over ResNet-50's
-// training forward). The wall time is the slowest unit's: splitting that graph's kernels into
-// 16 contiguous runs of equal count left one unit 2.5x the mean, this about 1.4x.
-std::vector<int> balance_units(const std::vector<std::string>& kernels, size_t units) {
-  std::vector<size_t> order(kernels.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return kernels[a].size() > kernels[b].size(); });
-  std::vector<size_t> load(units, 0);
-  std::vector<int> unit_of(kernels.size(), 0);
-  for (size_t i : order) {
-    const size_t u = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    unit_of[i] = static_cast<int>(u);
-    load[u] += kernels[i].size();
-  }
-  return unit_of;
-}
-
 // Emit CUDA, compile it with NVRTC (cached), load the module, look up every entry point.
 CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
                          const CompileOptions& options, CompileArtifacts& a, StageTimer& time) {
@@ -153,7 +134,7 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
                                               : std::max(1u, std::thread::hardware_concurrency()));
   const size_t n = source.distinct.size();
   const size_t units = std::clamp<size_t>((n + kMinPerUnit - 1) / kMinPerUnit, 1, jobs);
-  const std::vector<int> unit_of = balance_units(source.distinct, units);
+  const std::vector<int> unit_of = cu::balance_units(source.distinct, units);
   std::vector<std::vector<std::string>> parts(units);
   for (size_t i = 0; i < n; ++i) parts[unit_of[i]].push_back(source.distinct[i]);
   std::vector<std::string> sources;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -216,6 +217,25 @@ CUfunction Module::function(const std::string& name) const {
   d->check(d->cuModuleGetFunction(&f, module_, name.c_str()),
            ("cuModuleGetFunction " + name).c_str());
   return f;
+}
+
+// Longest source first, each kernel to the unit with the least source so far: NVRTC's time
+// per kernel follows its source length (correlation 0.95 over ResNet-50's training forward),
+// and the wall time is the slowest unit's. Splitting that graph's kernels into 16 contiguous
+// runs of equal count left one unit 2.5x the mean, this about 1.4x.
+std::vector<int> balance_units(const std::vector<std::string>& kernels, size_t units) {
+  std::vector<size_t> order(kernels.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return kernels[a].size() > kernels[b].size(); });
+  std::vector<size_t> load(units, 0);
+  std::vector<int> unit_of(kernels.size(), 0);
+  for (size_t i : order) {
+    const size_t u = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    unit_of[i] = static_cast<int>(u);
+    load[u] += kernels[i].size();
+  }
+  return unit_of;
 }
 
 }  // namespace coil::backend::cuda
