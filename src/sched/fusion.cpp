@@ -275,6 +275,17 @@ class Fuser {
     if (const BufferId in = mutated_input(p_, s); in >= 0) {
       if (std::string why = mutation_hazard(s, n, in, g, *o); !why.empty()) return why;
     }
+    // An input that a member of g writes is read only outside g (group_deps runs the write
+    // after): inside, another thread may have written the element already. Only another
+    // input mutation comes after one in program order, so only they meet this.
+    for (BufferId r : deps_[s].read_roots) {
+      if (p_.buffer(r).kind != loop::BufferKind::Input) continue;
+      for (int m : groups_[g].steps) {
+        if (m != s && mutated_input(p_, m) == r)
+          return "reads input " + p_.buffer(r).name + ", which " + out_name(m) +
+                 " in the kernel writes";
+      }
+    }
     *outer = *o;
     return "";
   }

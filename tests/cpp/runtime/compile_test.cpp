@@ -240,6 +240,29 @@ TEST(CompileGraph, InputMutationWritesTheInputAfterEveryRead) {
       << g->artifacts().schedule;
 }
 
+// Two input mutations where the second copies the first input's old value at other elements
+// (flip): the second must not run in the first's kernel, and must run before it.
+TEST(CompileGraph, InputMutationReadByAnotherMutation) {
+  const char* text = R"(graph(%0: f32[256], %1: f32[256]):
+  %2: f32[256] = aten.mul.Tensor(%0, 2.0)
+  %3: f32[256] = aten.flip.default(%0, [0])
+  aten.copy_.default(%0, %2)
+  aten.copy_.default(%1, %3)
+  return ()
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto a = make_tensor<float>(DType::Float32, {256});
+  auto b = make_tensor<float>(DType::Float32, {256});
+  fill_random<float>(a, 6);
+  std::vector<float> a0(256);
+  for (int64_t i = 0; i < 256; ++i) a0[i] = at<float>(a, {i});
+  g->run({a, b});
+  for (int64_t i = 0; i < 256; ++i) {
+    EXPECT_EQ(at<float>(a, {i}), 2 * a0[i]) << i;
+    EXPECT_EQ(at<float>(b, {i}), a0[255 - i]) << i;
+  }
+}
+
 TEST(CompileGraph, SymbolicSizesAndGuards) {
   const char* text = R"(graph(%0: f32[s0, 3]):
   %1: f32[s0, 3] = aten.neg.default(%0)
