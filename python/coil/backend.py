@@ -255,7 +255,8 @@ class CoilGraphFn:
             if self.options.strict:
                 raise
             # Re-running eagerly is safe as long as the inputs are still there: a graph's only
-            # side effects are its input mutations, which are its last steps.
+            # side effects are its input mutations, its last steps (a failure after those
+            # wrote would apply them twice; the input checks fail before any kernel runs).
             _note_fallback(self.name, f"run failed: {_one_line(e)}")
             self.eager = _eager(self.gm)
             if release is not None and release.done:
