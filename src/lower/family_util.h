@@ -44,8 +44,11 @@ std::optional<TensorValue> fuse_matmul_epilogue(LoweringContext& ctx, const Node
 std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
 
 // aten.copy_(input, value) at the end of a graph: the value stored into the input's own
-// storage (mutation.cpp). lower_graph calls it after the graph's outputs are lowered.
-void lower_input_mutation(LoweringContext& ctx, const Node& node);
+// storage (mutation.cpp). lower_graph calls it after the graph's outputs are lowered, with
+// the buffers of every input the graph's mutations write (mutated_input_buffer of each).
+loop::BufferId mutated_input_buffer(const LoweringContext& ctx, const Node& node);
+void lower_input_mutation(LoweringContext& ctx, const Node& node,
+                          const std::vector<loop::BufferId>& written);
 
 inline int64_t int_arg(const Node& node, size_t i, std::string_view name, int64_t def) {
   const Arg* a = node.arg(i, name);

@@ -142,7 +142,9 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
       prog.outputs.push_back(lc.as_buffer(r));
     }
   }
-  for (const Node* m : mutations) detail::lower_input_mutation(lc, *m);
+  std::vector<loop::BufferId> written;
+  for (const Node* m : mutations) written.push_back(detail::mutated_input_buffer(lc, *m));
+  for (const Node* m : mutations) detail::lower_input_mutation(lc, *m, written);
   return res;
 }
 

@@ -25,13 +25,20 @@ loop::BufferId root_of(const loop::LoopProgram& p, loop::BufferId id) {
   return id;
 }
 
-// Whether the node reads `root` only at the element it stores, through a buffer of the same
-// layout as `out`: then each element is read before it is overwritten, by the same thread.
-bool reads_only_stored_element(const loop::LoopProgram& p, const loop::ComputeNode& n,
-                               loop::BufferId root) {
+// Whether the node may store straight into `root`: it reads `root` only at the element it
+// stores, through a buffer of the same layout as `out` (each element is read before it is
+// overwritten, by the same thread), and reads no other input that a mutation writes (two
+// mutations reading each other's input, a swap, could not both run after the other).
+bool stores_in_place(const loop::LoopProgram& p, const loop::ComputeNode& n, loop::BufferId root,
+                     const std::vector<loop::BufferId>& written) {
   const loop::Buffer& out = p.buffer(n.out);
   for (const loop::Instr& in : n.body.instrs) {
-    if (in.kind != loop::InstrKind::Load || root_of(p, in.buffer) != root) continue;
+    if (in.kind != loop::InstrKind::Load) continue;
+    const loop::BufferId r = root_of(p, in.buffer);
+    if (r != root) {
+      if (std::find(written.begin(), written.end(), r) != written.end()) return false;
+      continue;
+    }
     const loop::Buffer& B = p.buffer(in.buffer);
     const bool same_layout = B.strides == out.strides && B.offset == out.offset;
     if (!same_layout || in.index != n.store_index) return false;
@@ -41,16 +48,23 @@ bool reads_only_stored_element(const loop::LoopProgram& p, const loop::ComputeNo
 
 }  // namespace
 
-void lower_input_mutation(LoweringContext& lc, const Node& node) {
-  sym::Context& c = lc.ctx();
+loop::BufferId mutated_input_buffer(const LoweringContext& lc, const Node& node) {
   const Arg* self = node.arg(0, "self");
   COIL_USER_CHECK(self != nullptr && self->is_value()) << node.op() << ": self is not a tensor";
-  const Value* dst = self->value();
-  COIL_USER_CHECK(dst->is_input())
+  COIL_USER_CHECK(self->value()->is_input())
       << node.op() << ": copies into a value that is not a graph input (only input mutations, "
       << "at the end of a graph, are supported)";
-  const TensorValue& d = lc.value(dst);
+  const TensorValue& d = lc.value(self->value());
   COIL_CHECK(d.strided.has_value()) << "graph input without a buffer";
+  return d.strided->base;
+}
+
+void lower_input_mutation(LoweringContext& lc, const Node& node,
+                          const std::vector<loop::BufferId>& written) {
+  sym::Context& c = lc.ctx();
+  mutated_input_buffer(lc, node);  // checks that self is a graph input
+  const Value* dst = node.arg(0, "self")->value();
+  const TensorValue& d = lc.value(dst);
   const TensorMeta& m = dst->meta();
   // Every element must have a place of its own: an input whose strides are those of a dense
   // layout (a broadcast or overlapping input cannot be written element by element).
@@ -78,10 +92,10 @@ void lower_input_mutation(LoweringContext& lc, const Node& node) {
   view.view_of = d.strided->base;
   const loop::BufferId out = p.add_buffer(std::move(view));
   lc.store_into(out, value);
-  const auto& written = std::get<loop::ComputeNode>(p.steps.back());
-  if (reads_only_stored_element(p, written, d.strided->base)) return;
-  // The value reads the input at other elements (x.copy_(x.flip(0))): compute it into a
-  // buffer of its own first, then copy that.
+  if (stores_in_place(p, std::get<loop::ComputeNode>(p.steps.back()), d.strided->base, written))
+    return;
+  // The value reads the input at other elements (x.copy_(x.flip(0))), or another mutated
+  // input: compute it into a buffer of its own first, then copy that.
   p.steps.pop_back();
   const TensorValue tmp = lc.realize_with_strides(value, contiguous_strides(c, value.sizes));
   lc.store_into(out, tmp);

@@ -263,6 +263,30 @@ TEST(CompileGraph, InputMutationReadByAnotherMutation) {
   }
 }
 
+// Two mutations that read each other's input (a swap): each value is computed into a buffer
+// of its own before either input is written (src/lower/mutation.cpp), else neither write
+// could come after the other's read.
+TEST(CompileGraph, InputMutationsSwapTwoInputs) {
+  const char* text = R"(graph(%0: f32[128], %1: f32[128]):
+  %2: f32[128] = aten.add.Tensor(%1, 1.0)
+  aten.copy_.default(%0, %2)
+  aten.copy_.default(%1, %0)
+  return ()
+)";
+  auto g = compile_graph(text, CompileOptions{}, nullptr);
+  auto a = make_tensor<float>(DType::Float32, {128});
+  auto b = make_tensor<float>(DType::Float32, {128});
+  fill_random<float>(a, 8);
+  fill_random<float>(b, 9);
+  std::vector<float> a0(128), b0(128);
+  for (int64_t i = 0; i < 128; ++i) a0[i] = at<float>(a, {i}), b0[i] = at<float>(b, {i});
+  g->run({a, b});
+  for (int64_t i = 0; i < 128; ++i) {
+    EXPECT_EQ(at<float>(a, {i}), b0[i] + 1.0f) << i;
+    EXPECT_EQ(at<float>(b, {i}), a0[i]) << i;
+  }
+}
+
 TEST(CompileGraph, SymbolicSizesAndGuards) {
   const char* text = R"(graph(%0: f32[s0, 3]):
   %1: f32[s0, 3] = aten.neg.default(%0)
