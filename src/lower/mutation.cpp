@@ -9,6 +9,9 @@
 // is an earlier step; the scheduler keeps it that way (sched/fusion.cpp: such a write joins a
 // kernel only where no read of the input is left outside it, and runs after all of them).
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "coil/graph/tensor_meta.h"
 #include "coil/lower/lowering.h"
@@ -46,6 +49,35 @@ bool stores_in_place(const loop::LoopProgram& p, const loop::ComputeNode& n, loo
   return true;
 }
 
+// Whether distinct indices of a tensor of `m`'s layout address distinct elements, so that
+// it can be written element by element: a dense layout (any dim order), or constant strides
+// that, sorted, each step over everything the smaller ones reach (a slice of a wider tensor).
+// Symbolic strides (Dynamo's automatic dynamic shapes) are taken as the traced example's,
+// which the in-place op's own overlap check accepted; only a constant stride 0 is refused.
+bool non_overlapping(sym::Context& c, const TensorMeta& m) {
+  if (m.strides.empty() || m.strides == dense_strides_like(c, m)) return true;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
+  bool symbolic = false;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    const std::optional<int64_t> size = c.as_const(m.sizes[d]);
+    const std::optional<int64_t> stride = c.as_const(m.strides[d]);
+    if (stride == 0 && size != 1) return false;
+    if (!size || !stride) {
+      symbolic = true;
+      continue;
+    }
+    if (*size > 1) dims.emplace_back(*stride, *size);
+  }
+  if (symbolic) return true;
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 1;  // elements the dims so far span
+  for (const auto& [stride, size] : dims) {
+    if (stride < reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
+}
+
 }  // namespace
 
 loop::BufferId mutated_input_buffer(const LoweringContext& lc, const Node& node) {
@@ -66,10 +98,9 @@ void lower_input_mutation(LoweringContext& lc, const Node& node,
   const Value* dst = node.arg(0, "self")->value();
   const TensorValue& d = lc.value(dst);
   const TensorMeta& m = dst->meta();
-  // Every element must have a place of its own: an input whose strides are those of a dense
-  // layout (a broadcast or overlapping input cannot be written element by element).
-  COIL_USER_CHECK(m.strides.empty() || m.strides == dense_strides_like(c, m))
-      << node.op() << ": the mutated input is not dense";
+  // Every element must have a place of its own (a broadcast or overlapping input cannot be
+  // written element by element).
+  COIL_USER_CHECK(non_overlapping(c, m)) << node.op() << ": the mutated input's elements overlap";
 
   const TensorValue& src = lc.arg_value(node, 1, "src");
   const TensorValue value = lc.pointwise(
