@@ -166,8 +166,13 @@ def _swap(x, y):
     return x - y
 
 
+def _return_the_argument(x, y):
+    x.mul_(y.sigmoid())
+    return x, x[0]  # the mutated input itself and a view of it, as in eager
+
+
 MUTATING = {f.__name__: f for f in (_add_, _mutate_a_slice, _cast_and_broadcast, _read_after_write,
-                                    _swap)}
+                                    _swap, _return_the_argument)}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -186,6 +191,9 @@ def test_functions_that_mutate_their_arguments(name, device):
         want = f(*ref_args)
         got = compiled(*args)
         torch.testing.assert_close(got, want)
+        if name == "_return_the_argument":
+            assert got[0] is args[0] or got[0].data_ptr() == args[0].data_ptr()
+            assert got[1].data_ptr() == args[0].data_ptr()
         for k, (a, r) in enumerate(zip(args, ref_args)):
             torch.testing.assert_close(a, r, msg=lambda m: f"argument {k} after call {seed}: {m}")
     r = coil.report()
