@@ -41,7 +41,8 @@ from .cse import eliminate_common_subexpressions
 from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
-from .fx_export import ExportedGraph, export_graph, run_node_eagerly
+from .fx_export import ExportedGraph, export_graph
+from .node_fallback import run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options

@@ -1,0 +1,101 @@
+"""The per-op fallback: the C++ runtime runs an exported graph node that coil has no lowering
+for (or that runs faster in ATen) through this callable, by the node's position, with the
+node's tensor inputs (backend.py hands `functools.partial(run_node_eagerly, exported)` to
+`_coil.compile`). The arguments are rebuilt from the FX node: constants in place, runtime
+tensors in the order coil passes them, symbolic sizes from the call's symbol values."""
+
+from __future__ import annotations
+
+import operator
+from typing import Sequence
+
+import torch
+import torch.fx as fx
+
+from .fx_export import ExportedGraph, _concrete, _substitute
+
+__all__ = ["run_node_eagerly"]
+
+# How one argument is rebuilt: taken as is, the next runtime tensor, or _substitute'd.
+_AS_IS, _TENSOR, _REBUILD = 0, 1, 2
+
+
+def _arg_kind(a, exported: ExportedGraph) -> int:
+    if isinstance(a, fx.Node):
+        plain = a not in exported.scalar_inputs and a not in exported.folded
+        return _TENSOR if plain else _REBUILD
+    if isinstance(a, (list, tuple)):
+        return _REBUILD if any(_arg_kind(x, exported) != _AS_IS for x in a) else _AS_IS
+    return _REBUILD if isinstance(a, torch.SymInt) else _AS_IS
+
+
+def _call_plan(exported: ExportedGraph, node: fx.Node):
+    """The node's arguments with the constant ones in place, and the (position, kind) of the
+    others. The host fallback runs once per call for every convolution of a CNN, so the walk
+    over constant arguments (stride and padding lists) is done once here, not on every call."""
+    args = list(node.args)
+    arg_slots = [(i, k) for i, a in enumerate(args) if (k := _arg_kind(a, exported)) != _AS_IS]
+    kwargs = dict(node.kwargs)
+    kw_slots = [(n, k) for n, v in kwargs.items() if (k := _arg_kind(v, exported)) != _AS_IS]
+    # The outputs of a multi-output node the graph reads (by getitem).
+    used = frozenset(u.args[1] for u in node.users if u.target is operator.getitem)
+    return args, arg_slots, kwargs, kw_slots, used
+
+
+def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence[torch.Tensor]):
+    """Runs exported node `node_index` with its tensor inputs; returns its tensor outputs."""
+    node = exported.nodes[node_index]
+    plan = exported.call_plans.get(node_index)
+    if plan is None:
+        plan = exported.call_plans[node_index] = _call_plan(exported, node)
+    base_args, arg_slots, base_kwargs, kw_slots, used = plan
+    pos = [0]
+    env = getattr(exported.call_env, "env", None)
+
+    def rebuild(kind, a):
+        if kind == _TENSOR:
+            if pos[0] >= len(tensors):
+                raise RuntimeError(f"coil fallback: too few tensor inputs ({len(tensors)})")
+            pos[0] += 1
+            return tensors[pos[0] - 1]
+        return _substitute(a, tensors, pos, exported.folded, env, exported.scalar_inputs)
+
+    args = list(base_args)
+    for i, kind in arg_slots:
+        args[i] = rebuild(kind, args[i])
+    kwargs = base_kwargs
+    if kw_slots:
+        kwargs = dict(base_kwargs)
+        for k, kind in kw_slots:
+            kwargs[k] = rebuild(kind, kwargs[k])
+    if pos[0] != len(tensors):
+        raise RuntimeError(
+            f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "
+            f"inputs, the node has {pos[0]}"
+        )
+    out = node.target(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        return [_materialize(out)]
+    # One tensor per output the export declared (a tensor in meta['val']). An output the graph
+    # never reads gets an empty stand-in of its traced shape: it may be undefined at run time
+    # though its meta function allocates it (cuDNN attention's logsumexp without grad), or
+    # have a data-dependent size other than the traced one (embedding_bag's offset2bag and
+    # bag_size); the runtime only needs its position.
+    results = []
+    for k, (o, m) in enumerate(zip(out, node.meta["val"])):
+        if not isinstance(m, torch.Tensor):
+            continue
+        if o is None or k not in used:
+            sizes = [s if isinstance(s, int) else _concrete(s, env) for s in m.shape]
+            if o is None or tuple(o.shape) != tuple(sizes):
+                o = torch.empty(sizes, dtype=m.dtype, device=m.device)
+        results.append(_materialize(o))
+    return results
+
+
+def _materialize(t: torch.Tensor) -> torch.Tensor:
+    # A ZeroTensor (aten._efficientzerotensor, autograd's zero gradients) has no storage: the
+    # runtime would read its null data pointer.
+    if t._is_zerotensor():
+        return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+    return t
