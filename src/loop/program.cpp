@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "coil/support/error.h"
+
 namespace coil::loop {
 
 std::string_view reduce_kind_name(ReduceKind k) {
@@ -39,16 +41,23 @@ BufferId LoopProgram::add_buffer(Buffer b) {
   return buffers.back().id;
 }
 
+BufferId storage_root(const LoopProgram& p, BufferId id) {
+  int guard = 0;
+  while (p.buffer(id).kind == BufferKind::View) {
+    id = p.buffer(id).view_of;
+    COIL_CHECK(id >= 0 && ++guard < 1000) << "view without a base";
+  }
+  return id;
+}
+
 std::set<BufferId> written_through_alias(const LoopProgram& p, const std::set<BufferId>& buffers,
                                          const std::set<BufferId>& written) {
-  auto root = [&](BufferId b) {
-    while (p.buffer(b).kind == BufferKind::View) b = p.buffer(b).view_of;
-    return b;
-  };
   std::set<BufferId> out;
   for (BufferId a : buffers) {
     for (BufferId b : buffers) {
-      if (a != b && root(a) == root(b) && (written.count(a) || written.count(b))) out.insert(a);
+      if (a != b && storage_root(p, a) == storage_root(p, b) &&
+          (written.count(a) || written.count(b)))
+        out.insert(a);
     }
   }
   return out;

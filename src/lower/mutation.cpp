@@ -23,11 +23,6 @@ namespace coil::lower::detail {
 
 namespace {
 
-loop::BufferId root_of(const loop::LoopProgram& p, loop::BufferId id) {
-  while (p.buffer(id).kind == loop::BufferKind::View) id = p.buffer(id).view_of;
-  return id;
-}
-
 // Whether the node may store straight into `root`: it reads `root` only at the element it
 // stores, through a buffer of the same layout as `out` (each element is read before it is
 // overwritten, by the same thread), and reads no other input that a mutation writes (two
@@ -37,7 +32,7 @@ bool stores_in_place(const loop::LoopProgram& p, const loop::ComputeNode& n, loo
   const loop::Buffer& out = p.buffer(n.out);
   for (const loop::Instr& in : n.body.instrs) {
     if (in.kind != loop::InstrKind::Load) continue;
-    const loop::BufferId r = root_of(p, in.buffer);
+    const loop::BufferId r = loop::storage_root(p, in.buffer);
     if (r != root) {
       if (std::find(written.begin(), written.end(), r) != written.end()) return false;
       continue;

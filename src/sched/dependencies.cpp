@@ -10,15 +10,6 @@ namespace coil::sched::detail {
 using loop::BufferId;
 using loop::BufferKind;
 
-BufferId storage_root(const loop::LoopProgram& p, BufferId id) {
-  int guard = 0;
-  while (p.buffer(id).kind == BufferKind::View) {
-    id = p.buffer(id).view_of;
-    COIL_CHECK(id >= 0 && ++guard < 1000) << "view without a base";
-  }
-  return id;
-}
-
 BufferId mutated_input(const loop::LoopProgram& p, int step) {
   const auto* n = std::get_if<loop::ComputeNode>(&p.steps.at(step));
   if (n == nullptr || p.buffer(n->out).kind != BufferKind::View) return -1;

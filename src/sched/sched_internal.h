@@ -21,8 +21,7 @@ struct StepDeps {
   std::vector<loop::BufferId> writes;      // buffers written
 };
 
-// The buffer whose storage `id` uses (follows View::view_of).
-loop::BufferId storage_root(const loop::LoopProgram& p, loop::BufferId id);
+using loop::storage_root;  // program.h
 
 std::vector<StepDeps> compute_dependencies(const loop::LoopProgram& p);
 

@@ -175,6 +175,9 @@ struct LoopProgram {
   BufferId add_buffer(Buffer b);  // assigns id and name; returns id
 };
 
+// The buffer whose storage `id` uses (follows View::view_of to an Input or Intermediate).
+BufferId storage_root(const LoopProgram& p, BufferId id);
+
 // The buffers of `buffers` that share a storage with another of them while one of the two is
 // in `written` (an input mutation's view and the input it writes): their pointers alias, so
 // the backends declare them without __restrict__.
