@@ -15,8 +15,9 @@ Per case and compiler it reports:
 - GB/s for the memory-bound cases: inputs, parameters and outputs each counted once;
 - cold compile: the first call's wall time minus the median call. Inductor compiles with
   force_disable_caches and a fresh cache dir (Inductor's and Triton's); coil with a fresh, empty
-  cache_dir. One throw-away compile per compiler before the first case pays the one-time
-  imports and worker start-up, so no case carries them (they are printed separately);
+  cache_dir and NVRTC's own cache (~/.nv/ComputeCache) disabled. One throw-away compile per
+  compiler before the first case pays the one-time imports and worker start-up, so no case
+  carries them (they are printed separately);
 - peak memory: torch.cuda.max_memory_allocated over one steady-state call, reset before it
   (weights, optimizer state, rotated inputs included, the same for every compiler); on a CPU the
   growth of the resident set over that call;
@@ -51,6 +52,11 @@ import time
 from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# NVRTC 13, coil's compiler, keeps what it compiled under ~/.nv/ComputeCache (CUDA_CACHE_PATH),
+# keyed by source and shared by every process of the machine: a cold compile must not read what
+# an earlier run (a test suite) left there. Set before anything loads NVRTC.
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+os.environ.setdefault("CUDA_CACHE_PATH", tempfile.mkdtemp(prefix="nv-compute-cache-"))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 

@@ -2,6 +2,7 @@
 // equal up to names compiled once, and the translation units NVRTC compiles.
 #include "coil/backend/cuda/emit_cuda.h"
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 #include <unordered_map>
@@ -118,7 +119,7 @@ CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& sc
     if (fresh) {
       os << code;
       src.distinct_of.push_back(static_cast<int>(src.distinct.size()));
-      src.distinct.push_back(std::move(code));
+      src.distinct.push_back(split_entry_points(code));
     } else {
       const CudaKernel& first = src.kernels[it->second];
       info.entry = first.name;
@@ -131,9 +132,40 @@ CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& sc
   return src;
 }
 
-std::string cuda_unit(const std::vector<std::string>& kernel_code) {
+KernelCode split_entry_points(const std::string& code) {
+  KernelCode out;
+  std::istringstream lines(code);
+  KernelCode::Entry* open = nullptr;
+  for (std::string l; std::getline(lines, l);) {
+    l += '\n';
+    if (!open && l.starts_with("extern \"C\" __global__")) {
+      // The name: the identifier before the parameter list, after any __launch_bounds__(..).
+      size_t from = l.find(" void ");
+      COIL_CHECK(from != std::string::npos) << "entry point without a name: " << l;
+      from += 6;
+      if (l.compare(from, 18, "__launch_bounds__(") == 0) from = l.find(") ", from) + 2;
+      const size_t paren = l.find('(', from);
+      COIL_CHECK(paren != std::string::npos) << "entry point without parameters: " << l;
+      out.entries.push_back({l.substr(from, paren - from), ""});
+      open = &out.entries.back();
+    }
+    (open ? open->code : out.shared) += l;
+    if (open && l == "}\n") open = nullptr;
+  }
+  COIL_CHECK(!open) << "entry point " << out.entries.back().name << " has no closing line";
+  return out;
+}
+
+std::string cuda_unit(const std::vector<KernelCode>& kernels,
+                      const std::vector<std::pair<int, int>>& entries) {
+  std::vector<std::pair<int, int>> sorted = entries;
+  std::sort(sorted.begin(), sorted.end());
   std::string s = cuda_prelude() + kMarker;
-  for (const std::string& k : kernel_code) s += k;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const KernelCode& k = kernels.at(sorted[i].first);
+    if (i == 0 || sorted[i - 1].first != sorted[i].first) s += k.shared;
+    s += k.entries.at(sorted[i].second).code;
+  }
   return s;
 }
 

@@ -4,6 +4,7 @@
 // kernels is the GPU tests' job (tests/python/test_cuda_*.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -380,6 +381,58 @@ TEST(EmitCuda, ModelGraphsEmitAndCompile) {
     EXPECT_GT(source(name).kernels.size(), 10u) << name;
   expect_compiles(gpt2_fw);
   expect_compiles(resnet_bw);
+}
+
+// Each entry point is cut out of its kernel whole (NVRTC units may take some entry points of a
+// kernel and not others): the names found are the ones the runtime looks up, no line is lost
+// or repeated, and a unit of one entry point per kernel compiles on its own.
+TEST(EmitCuda, EntryPointsSplitIntoUnits) {
+  std::ifstream in(std::string(COIL_SOURCE_DIR) + "/tests/golden/cuda_models/" +
+                   "resnet50_train_backward.graph");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CudaSource src = emit_graph(ss.str());
+  ASSERT_GT(src.distinct.size(), 10u);
+  auto sorted_lines = [](const std::string& code, bool drop_comments) {
+    std::vector<std::string> out;
+    std::istringstream lines(code);
+    for (std::string l; std::getline(lines, l);)
+      if (!l.empty() && !(drop_comments && l.starts_with("//"))) out.push_back(l);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::vector<std::pair<int, int>> all, first_only;
+  for (size_t d = 0; d < src.distinct.size(); ++d) {
+    const backend::cuda::KernelCode& kc = src.distinct[d];
+    ASSERT_FALSE(kc.entries.empty()) << kc.shared;
+    for (size_t e = 0; e < kc.entries.size(); ++e) {
+      all.emplace_back(static_cast<int>(d), static_cast<int>(e));
+      EXPECT_TRUE(kc.entries[e].code.starts_with("extern \"C\" __global__")) << kc.entries[e].code;
+      EXPECT_TRUE(kc.entries[e].code.ends_with("\n}\n")) << kc.entries[e].code;
+      EXPECT_EQ(kc.shared.find("extern \"C\""), std::string::npos) << kc.shared;
+    }
+    first_only.emplace_back(static_cast<int>(d), 0);
+  }
+  // The names: exactly the entry points the runtime looks up for the kernel that owns them.
+  for (size_t i = 0; i < src.kernels.size(); ++i) {
+    const auto& k = src.kernels[i];
+    if (!k.entry.empty()) continue;
+    std::set<std::string> want, got;
+    for (int e = 0; e < backend::cuda::kRowEntries; ++e)
+      if (std::string n = backend::cuda::entry_name(k, e); !n.empty()) want.insert(n);
+    for (const auto& e : src.distinct[src.distinct_of[i]].entries) got.insert(e.name);
+    EXPECT_EQ(want, got) << k.name;
+  }
+  // Every line of the kernels, once (comments aside: copies of a kernel leave one in the
+  // whole source and none in a unit).
+  EXPECT_EQ(
+      sorted_lines(backend::cuda::strip_prelude(backend::cuda::cuda_unit(src.distinct, all)), true),
+      sorted_lines(backend::cuda::strip_prelude(src.code), true));
+  CompileOptions o = nvrtc_options();
+  if (std::string why = backend::cuda::nvrtc_unavailable_reason(o); !why.empty())
+    GTEST_SKIP() << "NVRTC not available: " << why;
+  EXPECT_NO_THROW(
+      backend::cuda::compile_to_cubin(backend::cuda::cuda_unit(src.distinct, first_only), 9, 0, o));
 }
 
 // Reductions of one kernel over the same ranges that read none of each other's results run

@@ -1,4 +1,4 @@
-// balance_units: kernels into NVRTC translation units by source length, checked against the
+// balance_units: entry points into NVRTC translation units by source length, checked against the
 // best assignment found by brute force (longest-first greedy is within 4/3 of it).
 #include <gtest/gtest.h>
 
@@ -13,14 +13,13 @@
 namespace coil::backend::cuda {
 namespace {
 
-size_t max_load(const std::vector<std::string>& kernels, const std::vector<int>& unit_of,
-                size_t units) {
+size_t max_load(const std::vector<size_t>& kernels, const std::vector<int>& unit_of, size_t units) {
   std::vector<size_t> load(units, 0);
-  for (size_t i = 0; i < kernels.size(); ++i) load.at(unit_of[i]) += kernels[i].size();
+  for (size_t i = 0; i < kernels.size(); ++i) load.at(unit_of[i]) += kernels[i];
   return *std::max_element(load.begin(), load.end());
 }
 
-size_t best_max_load(const std::vector<std::string>& kernels, size_t units) {
+size_t best_max_load(const std::vector<size_t>& kernels, size_t units) {
   std::vector<int> unit_of(kernels.size(), 0);
   size_t best = SIZE_MAX;
   std::function<void(size_t)> place = [&](size_t i) {
@@ -41,8 +40,8 @@ TEST(NvrtcUnits, BalancedWithinFourThirdsOfTheBestAssignment) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 40; ++trial) {
     const size_t n = 3 + rng() % 6, units = 2 + rng() % 2;
-    std::vector<std::string> kernels;
-    for (size_t i = 0; i < n; ++i) kernels.emplace_back(1 + rng() % 500, 'k');
+    std::vector<size_t> kernels;
+    for (size_t i = 0; i < n; ++i) kernels.push_back(1 + rng() % 500);
     const std::vector<int> unit_of = balance_units(kernels, units);
     ASSERT_EQ(unit_of.size(), n);
     std::vector<int> count(units, 0);
@@ -56,8 +55,7 @@ TEST(NvrtcUnits, BalancedWithinFourThirdsOfTheBestAssignment) {
 
 TEST(NvrtcUnits, LongKernelsDoNotShareAUnit) {
   // Contiguous runs of equal count would put both long kernels in unit 0.
-  std::vector<std::string> kernels = {std::string(1000, 'a'), std::string(900, 'b'),
-                                      std::string(10, 'c'), std::string(10, 'd')};
+  std::vector<size_t> kernels = {1000, 900, 10, 10};
   const std::vector<int> unit_of = balance_units(kernels, 2);
   EXPECT_NE(unit_of[0], unit_of[1]);
   EXPECT_EQ(max_load(kernels, unit_of, 2), 1000u);  // the short ones join the 900

@@ -65,20 +65,40 @@ struct CudaKernel {
   int block_regs = 0;
 };
 
+// The code of one distinct kernel cut where NVRTC may split it: each entry point is a
+// `extern "C" __global__` definition of its own (most instantiate a template of `shared` once),
+// so the entry points of one kernel can go to several translation units compiled at once.
+struct KernelCode {
+  std::string shared;  // everything but the entry points' definitions (templates, comments)
+  struct Entry {
+    std::string name;  // e.g. kernel3_bv
+    std::string code;  // its definition
+  };
+  std::vector<Entry> entries;  // in the order emitted
+};
+
+// `code` (one kernel as KernelEmitter prints it) cut into its shared part and its entry points.
+// An entry point starts at a line beginning `extern "C" __global__` and ends at the next line
+// that is exactly "}" (the emitters indent everything inside).
+KernelCode split_entry_points(const std::string& code);
+
 struct CudaSource {
   std::string code;                 // prelude + kernels, one translation unit
   std::vector<CudaKernel> kernels;  // per Schedule::kernels
   // The code of each distinct kernel (no prelude), in order, and per kernel the index of the
   // one whose entry points it launches: the runtime may compile them in several units at once.
-  std::vector<std::string> distinct;
+  std::vector<KernelCode> distinct;
   std::vector<int> distinct_of;
 };
 
 CudaSource emit_cuda(const loop::LoopProgram& program, const sched::Schedule& schedule,
                      const CompileOptions& options);
 
-// A translation unit of some distinct kernels: the prelude, then their code.
-std::string cuda_unit(const std::vector<std::string>& kernel_code);
+// A translation unit: the prelude, then per kernel of `kernels` that has an entry point in
+// `entries` (pairs of distinct kernel, entry index) its shared code and those entry points,
+// kernels and entry points in their order.
+std::string cuda_unit(const std::vector<KernelCode>& kernels,
+                      const std::vector<std::pair<int, int>>& entries);
 // The kernels without the prelude (for golden tests and the debug dump).
 std::string strip_prelude(const std::string& code);
 

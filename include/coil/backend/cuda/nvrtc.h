@@ -30,10 +30,10 @@ struct CubinResult {
 CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_minor,
                              const CompileOptions& options);
 
-// The unit (0 .. units-1) of each kernel source when `kernels` are compiled as `units`
-// translation units at once: balanced by source length, every unit non-empty when there are
-// at least as many kernels; within a unit the kernels keep their order.
-std::vector<int> balance_units(const std::vector<std::string>& kernels, size_t units);
+// The unit (0 .. units-1) of each item (an entry point, a kernel) of cost `cost` (its source
+// length) when they are compiled as `units` translation units at once: balanced by cost,
+// every unit non-empty when there are at least as many items.
+std::vector<int> balance_units(const std::vector<size_t>& cost, size_t units);
 
 // compile_to_cubin of several sources, `jobs` at a time on threads (NVRTC programs are
 // independent); the first failure is rethrown after all have finished.
