@@ -38,6 +38,25 @@ if [[ "${GPU_RUN_TESTS:-1}" != 0 ]]; then  # GPU_RUN_TESTS=0: benchmark only (a 
   echo "== GPU tests"
   "$py" -m pytest -q -m gpu tests/python
   tests_rc=$?
+  # The C++ library's GPU tests (no PyTorch in the process), where GoogleTest is installed:
+  # a build of their own; NVRTC and cuBLASLt from the nvidia wheels PyTorch brought.
+  if [[ -d /usr/include/gtest ]]; then
+    echo "== C++ GPU tests"
+    nvrtc=$("$py" -c 'from coil.cuda import nvrtc_path; print(nvrtc_path())')
+    if cmake -S . -B build/gpu-tests -G Ninja -DCOIL_BUILD_PYTHON=OFF -DCOIL_BUILD_TESTS=ON \
+        -DCMAKE_CXX_COMPILER="$cxx" -DPython_EXECUTABLE="$py" >/dev/null &&
+       ninja -C build/gpu-tests -j"$jobs" test_runtime test_backend_cuda >/dev/null; then
+      export COIL_TEST_NVRTC="$nvrtc"
+      LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        build/gpu-tests/test_runtime --gtest_filter='CudaLibrary*' &&
+        build/gpu-tests/test_backend_cuda --gtest_brief=1 || tests_rc=1
+    else
+      echo "C++ GPU tests: the build failed"
+      tests_rc=1
+    fi
+  else
+    echo "== C++ GPU tests skipped: no GoogleTest headers (/usr/include/gtest)"
+  fi
 fi
 
 echo "== GPU benchmark"
