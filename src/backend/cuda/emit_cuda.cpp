@@ -143,7 +143,11 @@ KernelCode split_entry_points(const std::string& code) {
       size_t from = l.find(" void ");
       COIL_CHECK(from != std::string::npos) << "entry point without a name: " << l;
       from += 6;
-      if (l.compare(from, 18, "__launch_bounds__(") == 0) from = l.find(") ", from) + 2;
+      if (l.compare(from, 18, "__launch_bounds__(") == 0) {
+        from = l.find(") ", from);
+        COIL_CHECK(from != std::string::npos) << "unclosed __launch_bounds__: " << l;
+        from += 2;
+      }
       const size_t paren = l.find('(', from);
       COIL_CHECK(paren != std::string::npos) << "entry point without parameters: " << l;
       out.entries.push_back({l.substr(from, paren - from), ""});
