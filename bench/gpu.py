@@ -56,7 +56,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # keyed by source and shared by every process of the machine: a cold compile must not read what
 # an earlier run (a test suite) left there. Set before anything loads NVRTC.
 os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
-os.environ.setdefault("CUDA_CACHE_PATH", tempfile.mkdtemp(prefix="nv-compute-cache-"))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
