@@ -47,6 +47,8 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_fast_math": bool,
     "symbol_ranges": str,
     "kernel_prefix": str,
+    "compile_timeout_s": int,
+    "cuda_device": int,
 }
 
 

@@ -317,6 +317,7 @@ nb::dict artifacts_dict(const runtime::CompileArtifacts& a) {
   d["timings"] = timings;
   d["num_kernels"] = a.num_kernels;
   d["cache_hit"] = a.cache_hit;
+  d["warnings"] = a.warnings;
   return d;
 }
 

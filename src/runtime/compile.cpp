@@ -121,7 +121,8 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   namespace cu = backend::cuda;
   std::string why;
   COIL_USER_CHECK(cu::Driver::get(&why) != nullptr) << "no CUDA backend: " << why;
-  const cu::DeviceInfo& dev = cu::device_info(0);
+  COIL_USER_CHECK(options.cuda_device >= 0) << "bad CUDA device ordinal " << options.cuda_device;
+  const cu::DeviceInfo& dev = cu::device_info(static_cast<int>(options.cuda_device));
   CudaKernels k;
   k.device = &dev;
   if (schedule.kernels.empty()) return k;

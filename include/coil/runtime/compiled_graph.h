@@ -62,6 +62,9 @@ struct CompileArtifacts {
   std::vector<std::pair<std::string, double>> timings;  // stage -> seconds
   int num_kernels = 0;
   bool cache_hit = false;
+  // Faults coil survived but the user should hear of (an unsafe or unwritable cache, an entry
+  // evicted): one line each; the Python glue logs each distinct line once per process.
+  std::vector<std::string> warnings;
 };
 
 class CompiledGraph {

@@ -37,7 +37,9 @@ namespace coil {
   X(bool, cuda_online_softmax, false, true)      /* softmax's max and sum in one pass */          \
   X(bool, cuda_fast_math, true, true)            /* approx exp/div where outputs are bf16/f16 */  \
   X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" symbol ranges (ShapeEnv) */   \
-  X(std::string, kernel_prefix, "", true)        /* "bw_": profiles tell graphs' kernels apart */
+  X(std::string, kernel_prefix, "", true)        /* "bw_": profiles tell graphs' kernels apart */ \
+  X(int64_t, compile_timeout_s, 300, false)      /* host compiler killed after; 0: no limit */    \
+  X(int64_t, cuda_device, 0, false)              /* CUDA device ordinal the graph runs on */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;
