@@ -588,7 +588,9 @@ std::vector<RuntimeTensor> Program::run_steps(const std::vector<RuntimeTensor>& 
     rng[1] = static_cast<int64_t>(n << 32);
     bufs[m.rng_state] = rng;
   }
-  if (m.cuda) backend::cuda::ensure_context(m.cuda->device());
+  // Kernels, cuBLASLt and cuDNN run in the graph's device's context, restored after.
+  std::optional<backend::cuda::ScopedContext> on_device;
+  if (m.cuda) on_device.emplace(m.cuda->device());
   std::vector<std::shared_ptr<void>> storages(m.storage_buffers.size());
   RunMemory rm;
   if (m.cuda && !m.memory.empty()) m.place_run_memory(rc, rm);

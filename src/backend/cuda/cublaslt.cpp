@@ -78,13 +78,19 @@ struct Lt {
   Status (*matmul)(Handle, Desc op, const void* alpha, const void* a, Desc ad, const void* b,
                    Desc bd, const void* beta, const void* c, Desc cd, void* d, Desc dd,
                    const Algo* algo, void* workspace, size_t workspace_size, CUstream stream);
-  Handle handle = nullptr;
-  CUdeviceptr workspace = 0;
   std::string why;
-  // Each problem's descriptors and algorithm, made once: creating them and asking the
-  // heuristic on every call cost more host time than launching the product.
-  std::mutex mu;  // guards `problems`, and a problem's descriptors while it is launched
-  std::map<std::array<int64_t, kKeyFields>, std::unique_ptr<Problem>> problems;
+  // What belongs to one device (its primary context): a handle made and a workspace allocated
+  // there, and each problem's descriptors and algorithm, made once (creating them and asking
+  // the heuristic on every call cost more host time than launching the product). A product on
+  // cuda:1 must not use a workspace of cuda:0.
+  struct OnDevice {
+    Handle handle = nullptr;
+    CUdeviceptr workspace = 0;
+    std::string why;
+    std::map<std::array<int64_t, kKeyFields>, std::unique_ptr<Problem>> problems;
+  };
+  std::mutex mu;  // guards `devices`, and a problem's descriptors while it is launched
+  std::map<CUcontext, std::unique_ptr<OnDevice>> devices;
 };
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -109,16 +115,35 @@ Lt& lt() {
     bind(r->matmul, "cublasLtMatmul");
     r->why = lib.why;
     if (!r->why.empty()) return r;
-    if (r->create(&r->handle) != 0) {
-      r->why = "cublasLtCreate failed";
-      return r;
-    }
-    const Driver* d = Driver::get(&r->why);
-    if (!d) return r;
-    if (d->cuMemAlloc(&r->workspace, kWorkspaceBytes) != 0) r->why = "no memory for a workspace";
+    Driver::get(&r->why);
     return r;
   }();
   return *l;
+}
+
+// The current context's state, made on first use (l.mu held); nullptr with *why set where none
+// can be made.
+Lt::OnDevice* on_current_device(Lt& l, std::string* why) {
+  const Driver* d = Driver::get(why);
+  if (!d) return nullptr;
+  CUcontext ctx = nullptr;
+  if (d->cuCtxGetCurrent(&ctx) != 0 || !ctx) {
+    *why = "no current CUDA context";
+    return nullptr;
+  }
+  std::unique_ptr<Lt::OnDevice>& slot = l.devices[ctx];
+  if (!slot) {
+    slot = std::make_unique<Lt::OnDevice>();
+    if (l.create(&slot->handle) != 0)
+      slot->why = "cublasLtCreate failed";
+    else if (d->cuMemAlloc(&slot->workspace, kWorkspaceBytes) != 0)
+      slot->why = "no memory for a workspace";
+  }
+  if (!slot->why.empty()) {
+    *why = slot->why;
+    return nullptr;
+  }
+  return slot.get();
 }
 
 // A row-major [rows, cols] operand with strides (s0, s1) as cuBLASLt sees it: row-major
@@ -150,8 +175,8 @@ int data_type(DType t) {
 
 // Creates p's descriptors for the product of gemm() and asks the heuristic for an algorithm;
 // false where cuBLASLt rejects a descriptor (p is then left empty).
-bool prepare(Lt& l, const GemmArgs& g, Problem& p, int type, int compute, int op_a, int op_b,
-             int epilogue, const Layout& la, const Layout& lb, int64_t ldc) {
+bool prepare(Lt& l, Handle handle, const GemmArgs& g, Problem& p, int type, int compute, int op_a,
+             int op_b, int epilogue, const Layout& la, const Layout& lb, int64_t ldc) {
   bool ok = l.desc_create(&p.op, compute, kR32F) == 0;
   ok = ok && l.desc_set(p.op, kDescTransA, &op_a, sizeof op_a) == 0;
   ok = ok && l.desc_set(p.op, kDescTransB, &op_b, sizeof op_b) == 0;
@@ -179,7 +204,7 @@ bool prepare(Lt& l, const GemmArgs& g, Problem& p, int type, int compute, int op
     int n = 0;
     Desc pref = nullptr;
     if (l.pref_create(&pref) == 0 && l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof ws) == 0 &&
-        l.heuristic(l.handle, p.op, p.ad, p.bd, p.dd, p.dd, pref, 1, &res, &n) == 0 && n > 0)
+        l.heuristic(handle, p.op, p.ad, p.bd, p.dd, p.dd, pref, 1, &res, &n) == 0 && n > 0)
       p.algo = res.algo;
     if (pref) l.pref_destroy(pref);
     return true;
@@ -238,11 +263,14 @@ bool gemm(const GemmArgs& g, void* stream, std::string* why) {
       g.c_batch_stride,
       0};
   std::lock_guard<std::mutex> lock(l.mu);
-  std::unique_ptr<Problem>& slot = l.problems[key];
+  std::string no_device;
+  Lt::OnDevice* dev = on_current_device(l, &no_device);
+  if (!dev) return fail(no_device);
+  std::unique_ptr<Problem>& slot = dev->problems[key];
   if (!slot) {
     auto p = std::make_unique<Problem>();
-    if (!prepare(l, g, *p, type, compute, op_a, op_b, epilogue, *la, *lb, ldc)) {
-      l.problems.erase(key);
+    if (!prepare(l, dev->handle, g, *p, type, compute, op_a, op_b, epilogue, *la, *lb, ldc)) {
+      dev->problems.erase(key);
       return fail("cuBLASLt rejected the descriptors");
     }
     slot = std::move(p);
@@ -252,9 +280,9 @@ bool gemm(const GemmArgs& g, void* stream, std::string* why) {
   if (g.bias && l.desc_set(p.op, kDescBiasPointer, &g.bias, sizeof g.bias) != 0)
     return fail("cuBLASLt rejected the bias");
   const float alpha = g.alpha, beta = 0.0f;
-  Status st = l.matmul(l.handle, p.op, &alpha, g.b.data, p.ad, g.a.data, p.bd, &beta, g.c, p.dd,
-                       g.c, p.dd, &*p.algo, reinterpret_cast<void*>(l.workspace), kWorkspaceBytes,
-                       static_cast<CUstream>(stream));
+  Status st = l.matmul(dev->handle, p.op, &alpha, g.b.data, p.ad, g.a.data, p.bd, &beta, g.c, p.dd,
+                       g.c, p.dd, &*p.algo, reinterpret_cast<void*>(dev->workspace),
+                       kWorkspaceBytes, static_cast<CUstream>(stream));
   if (st != 0)
     throw std::runtime_error("coil: cublasLtMatmul failed (status " + std::to_string(st) + ")");
   return true;

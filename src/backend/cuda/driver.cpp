@@ -136,4 +136,19 @@ void ensure_context(const DeviceInfo& dev) {
   if (cur == nullptr) d->check(d->cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
 }
 
+ScopedContext::ScopedContext(const DeviceInfo& dev) {
+  const Driver* d = Driver::get();
+  if (!d) return;
+  if (d->cuCtxGetCurrent(&previous_) != 0) previous_ = nullptr;
+  if (previous_ == dev.context) return;
+  d->check_run(d->cuCtxSetCurrent(dev.context), "cuCtxSetCurrent");
+  switched_ = true;
+}
+
+ScopedContext::~ScopedContext() {
+  if (!switched_) return;
+  // A thread that had no context keeps the device's (as ensure_context would leave it).
+  if (previous_ != nullptr) Driver::get()->cuCtxSetCurrent(previous_);
+}
+
 }  // namespace coil::backend::cuda

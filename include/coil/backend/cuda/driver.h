@@ -88,4 +88,21 @@ const DeviceInfo& device_info(int ordinal = 0);
 // PyTorch never used, the C++ library without PyTorch).
 void ensure_context(const DeviceInfo& dev);
 
+// Makes `dev`'s primary context current for its lifetime and restores the thread's previous
+// one after (none restored where none was current). A graph compiled for cuda:1 loads its
+// modules, allocates and launches in device 1's context whatever device the calling thread
+// has current (PyTorch's current device may be another; autograd's device threads). Costs two
+// driver calls where the context is already current.
+class ScopedContext {
+ public:
+  explicit ScopedContext(const DeviceInfo& dev);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
 }  // namespace coil::backend::cuda
