@@ -19,6 +19,17 @@
 
 #define COIL_KERNEL extern "C" __attribute__((visibility("default")))
 
+// COIL_ENTRY(kernel0): a kernel entry point's name, kernel0_k<key> where the host compiler passes
+// -DCOIL_CACHE_KEY=k<key> (the cache key of this very source), so that a library compiled from
+// another source (a swapped or stale cache entry) cannot bind; plain kernel0 without it.
+#ifdef COIL_CACHE_KEY
+#define COIL_ENTRY_PASTE_(name, key) name##_##key
+#define COIL_ENTRY_EXPAND_(name, key) COIL_ENTRY_PASTE_(name, key)
+#define COIL_ENTRY(name) COIL_ENTRY_EXPAND_(name, COIL_CACHE_KEY)
+#else
+#define COIL_ENTRY(name) name
+#endif
+
 // On a kernel whose loops run to symbolic extents (dynamic shapes): 256-bit vector loops. With
 // an unknown trip count g++ -O3 emits each simd loop three times (the 512-bit body, a 256-bit
 // vectorized epilogue, a scalar tail), and that machine code made g++ take 1.5x the CPU time of

@@ -123,6 +123,8 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   COIL_USER_CHECK(cu::Driver::get(&why) != nullptr) << "no CUDA backend: " << why;
   COIL_USER_CHECK(options.cuda_device >= 0) << "bad CUDA device ordinal " << options.cuda_device;
   const cu::DeviceInfo& dev = cu::device_info(static_cast<int>(options.cuda_device));
+  // Modules load into the current context: the graph's device's, whatever the thread had.
+  cu::ScopedContext on_device(dev);
   CudaKernels k;
   k.device = &dev;
   if (schedule.kernels.empty()) return k;
@@ -173,6 +175,7 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   a.cache_hit = true;
   for (const auto& c : cubins) {
     a.compiler_log += c.log;
+    a.warnings.insert(a.warnings.end(), c.warnings.begin(), c.warnings.end());
     a.cache_hit = a.cache_hit && c.cache_hit;
   }
   auto modules = time("load", [&] {
@@ -243,16 +246,19 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
     backend::cpu::CppSource source =
         time("emit", [&] { return backend::cpu::emit_cpp(program, schedule, options); });
     a.source = source.code;
-    backend::cpu::HostCompileResult compiled =
-        time("host_compile", [&] { return backend::cpu::compile_and_load(source.code, options); });
-    a.compiler_command = compiled.command;
-    a.compiler_log = compiled.log;
-    a.cache_hit = compiled.cache_hit;
     COIL_CHECK(source.kernel_symbols.size() == schedule.kernels.size())
         << "emit_cpp returned " << source.kernel_symbols.size() << " symbols for "
         << schedule.kernels.size() << " kernels";
-    for (const auto& name : source.kernel_symbols)
-      kernels.push_back(reinterpret_cast<KernelFn>(compiled.library->symbol(name)));
+    // The entry points are resolved (as COIL_ENTRY names, carrying the cache key) inside
+    // compile_and_load, which evicts and recompiles a cached library that lacks them.
+    backend::cpu::HostCompileResult compiled = time("host_compile", [&] {
+      return backend::cpu::compile_and_load(source.code, options, source.kernel_symbols);
+    });
+    a.compiler_command = compiled.command;
+    a.compiler_log = compiled.log;
+    a.cache_hit = compiled.cache_hit;
+    a.warnings.insert(a.warnings.end(), compiled.warnings.begin(), compiled.warnings.end());
+    for (void* fn : compiled.entries) kernels.push_back(reinterpret_cast<KernelFn>(fn));
     library = compiled.library;
   }
   auto prog = time("program", [&] {

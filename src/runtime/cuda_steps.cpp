@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
+#include "coil/backend/common/disk_cache.h"
 #include "coil/backend/common/sha256.h"
 
 #include "coil/support/error.h"
@@ -180,18 +182,31 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
     auto it = tuned_.find(key);
     if (it != tuned_.end()) return it->second;
   }
-  namespace fs = std::filesystem;
-  fs::path file;
+  // The measured choice is kept in <cache_dir>/cuda/launch/<sha256 of key>.txt by the rules of
+  // coil/backend/common/disk_cache.h, its digest bound to `key`. Its warnings are dropped here:
+  // this runs at run time, where nothing reports them; the same cache folder's warnings were
+  // already given when the cubins were compiled (compile_to_cubin, folder <cache_dir>/cuda).
+  std::vector<std::string> cache_warnings;
+  std::optional<backend::DiskCache> cache;
+  std::string file;
   if (!options_.cache_dir.empty()) {
     backend::Sha256 h;
     h.update(key);
-    file = fs::path(options_.cache_dir) / "cuda" / "launch" / (h.hex() + ".txt");
-    std::ifstream in(file);
-    cu::LaunchConfig c;
-    if (in >> c.entry >> c.grid >> c.block) {
-      std::lock_guard<std::mutex> lock(tune_mu_);
-      tuned_[key] = c;
-      return c;
+    file = h.hex() + ".txt";
+    cache.emplace(options_.cache_dir, "cuda/launch", &cache_warnings);
+    if (!cache->enabled()) cache.reset();
+  }
+  if (cache) {
+    if (std::optional<backend::CacheEntry> hit = cache->load(file, key)) {
+      std::istringstream in(hit->content);
+      cu::LaunchConfig c;
+      if (in >> c.entry >> c.grid >> c.block && c.entry >= 0 && c.entry < cu::kRowEntries &&
+          c.grid > 0 && c.block > 0 && kernels_.functions[k][c.entry] != nullptr) {
+        std::lock_guard<std::mutex> lock(tune_mu_);
+        tuned_[key] = c;
+        return c;
+      }
+      cache->evict(file, "not a launch configuration of this kernel");
     }
   }
   const cu::Driver* d = cu::Driver::get();
@@ -240,15 +255,11 @@ cu::LaunchConfig CudaSteps::tuned(int k, int64_t work, int64_t row, bool aligned
   }
   const cu::LaunchConfig best = cands[order[0]];
   for (auto& e : ev) d->cuEventDestroy(e);
-  if (!file.empty()) {
-    std::error_code ec;
-    fs::create_directories(file.parent_path(), ec);
-    const fs::path tmp = file.string() + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
-    {
-      std::ofstream out(tmp);
-      out << best.entry << " " << best.grid << " " << best.block << "\n";
-    }
-    fs::rename(tmp, file, ec);
+  if (cache) {
+    cache->store(file, key,
+                 std::to_string(best.entry) + " " + std::to_string(best.grid) + " " +
+                     std::to_string(best.block) + "\n",
+                 0600);
   }
   std::lock_guard<std::mutex> lock(tune_mu_);
   tuned_[key] = best;

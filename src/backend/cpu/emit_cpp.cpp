@@ -68,8 +68,8 @@ class KernelEmitter {
     header_comment();
     // Static kernels print as they always have (no attribute).
     const std::string attrs = has_symbolic_extent() ? "COIL_SYMBOLIC_EXTENTS " : "";
-    line("COIL_KERNEL " + attrs + "void " + k_.name +
-         "(void* const* bufs, const int64_t* sizes) {");
+    line("COIL_KERNEL " + attrs + "void COIL_ENTRY(" + k_.name +
+         ")(void* const* bufs, const int64_t* sizes) {");
     ++indent_;
     prologue();
     const size_t k = k_.outer_ranges.size();

@@ -17,11 +17,14 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
+#include "coil/backend/common/disk_cache.h"
 #include "coil/backend/common/sha256.h"
+#include "coil/backend/common/subprocess.h"
 #include "coil/support/error.h"
 
 #ifndef COIL_RUNTIME_HEADERS_DIR
@@ -48,37 +51,24 @@ std::string sha256_hex(std::string_view data) {
 
 namespace {
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
+std::vector<std::string> compiler_words(const CompileOptions& options) {
+  std::vector<std::string> w = split_words(options.cxx.empty() ? "g++" : options.cxx);
+  COIL_USER_CHECK(!w.empty()) << "options.cxx names no host compiler";
+  return w;
 }
 
-struct CommandResult {
-  int status = -1;
-  std::string output;
-};
-
-// Runs `command` through /bin/sh with stderr merged into stdout.
-CommandResult run_command(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  COIL_USER_CHECK(pipe != nullptr) << "cannot run the host compiler: " << std::strerror(errno);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int st = pclose(pipe);
-  r.status = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
-  return r;
+[[noreturn]] void throw_timeout(const CompileOptions& options, const std::vector<std::string>& argv,
+                                const std::string& log) {
+  // Not COIL_UNSUPPORTED: the message starts with these words (no source position before).
+  throw CompileError("host compiler timed out after " + std::to_string(options.compile_timeout_s) +
+                     " s (options.compile_timeout_s); its process group was killed\ncommand: " +
+                     quote_command(argv) + "\n" + log);
 }
 
 // `<cxx> --version`, once per compiler per process.
-std::string compiler_version(const std::string& cxx) {
+std::string compiler_version(const CompileOptions& options) {
+  std::vector<std::string> argv = compiler_words(options);
+  const std::string cxx = quote_command(argv);
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
   {
@@ -86,9 +76,11 @@ std::string compiler_version(const std::string& cxx) {
     auto it = cache.find(cxx);
     if (it != cache.end()) return it->second;
   }
-  CommandResult r = run_command(cxx + " --version");
-  COIL_USER_CHECK(r.status == 0) << "host compiler '" << cxx << "' does not run (exit " << r.status
-                                 << "): " << r.output;
+  argv.push_back("--version");
+  SubprocessResult r = run_subprocess(argv, static_cast<double>(options.compile_timeout_s));
+  if (r.timed_out) throw_timeout(options, argv, r.output);
+  COIL_USER_CHECK(r.exit_code == 0)
+      << "host compiler '" << cxx << "' does not run (exit " << r.exit_code << "): " << r.output;
   std::lock_guard<std::mutex> lock(mu);
   cache[cxx] = r.output;
   return r.output;
@@ -121,36 +113,6 @@ void hash_runtime_headers(const std::string& dir, detail::Sha256& h) {
   }
 }
 
-std::string unique_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  return std::to_string(getpid()) + "." + std::to_string(counter++) + "." +
-         std::to_string(static_cast<uint64_t>(now) & 0xffffff);
-}
-
-fs::path make_private_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/coil-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  COIL_USER_CHECK(mkdtemp(buf.data()) != nullptr)
-      << "cannot create a temporary directory " << templ << ": " << std::strerror(errno);
-  return fs::path(buf.data());
-}
-
-void write_file_atomic(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp." + unique_suffix();
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    COIL_USER_CHECK(out.good()) << "cannot write " << tmp.string();
-    out << content;
-    COIL_USER_CHECK(out.good()) << "cannot write " << tmp.string();
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
-}
-
 // Flags coil always adds before the user's: neither changes any result (coil kernels never read
 // errno or FP exception flags), both let gcc vectorize sqrt and speculated selects.
 constexpr const char* kFixedFlags = "-fno-math-errno -fno-trapping-math";
@@ -160,7 +122,8 @@ constexpr const char* kTailFlags = "-fopenmp -shared -fPIC -std=c++17";
 
 // ---- SharedLibrary ----------------------------------------------------------------------------
 
-SharedLibrary::SharedLibrary(const std::string& path) : path_(path) {
+SharedLibrary::SharedLibrary(const std::string& path, const std::string& shown_as)
+    : path_(shown_as.empty() ? path : shown_as) {
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) {
     const char* err = dlerror();
@@ -168,8 +131,20 @@ SharedLibrary::SharedLibrary(const std::string& path) : path_(path) {
   }
 }
 
+SharedLibrary::SharedLibrary(int fd, const std::string& path) : fd_(fd), path_(path) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  handle_ = dlopen(proc.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) {
+    const char* err = dlerror();
+    close(fd_);
+    COIL_UNSUPPORTED() << "dlopen(" << proc << ", the verified " << path
+                       << ") failed: " << (err ? err : "unknown error");
+  }
+}
+
 SharedLibrary::~SharedLibrary() {
   if (handle_) dlclose(handle_);
+  if (fd_ >= 0) close(fd_);
 }
 
 void* SharedLibrary::symbol(const std::string& name) const {
@@ -185,7 +160,8 @@ void* SharedLibrary::symbol(const std::string& name) const {
 
 // ---- compile_and_load -------------------------------------------------------------------------
 
-HostCompileResult compile_and_load(const std::string& source, const CompileOptions& options) {
+HostCompileResult compile_and_load(const std::string& source, const CompileOptions& options,
+                                   const std::vector<std::string>& entries) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -194,45 +170,73 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
       options.runtime_headers_dir.empty() ? COIL_RUNTIME_HEADERS_DIR : options.runtime_headers_dir;
   COIL_USER_CHECK(!headers.empty() && fs::is_directory(headers))
       << "runtime headers directory '" << headers << "' not found";
-  const std::string cxx = options.cxx.empty() ? std::string("g++") : options.cxx;
-  auto command_for = [&](const std::string& src, const std::string& out) {
-    return cxx + " " + kFixedFlags + " " + options.cxx_flags + " " + kTailFlags + " -I" +
-           shell_quote(headers) + " -o " + shell_quote(out) + " " + shell_quote(src);
-  };
+  const std::vector<std::string> cxx = compiler_words(options);
+  const std::vector<std::string> flags = split_words(options.cxx_flags);
+
+  // Key: everything that can change the object, but not the paths (the cache is relocatable).
+  // The -D/-frandom-seed words derived from the key are not part of it.
+  detail::Sha256 h;
+  h.update("coil-host-compile-v2");
+  for (const std::string& part :
+       {quote_command(cxx), std::string(kFixedFlags), quote_command(flags), std::string(kTailFlags),
+        compiler_version(options)}) {
+    h.update(std::to_string(part.size()) + ":");
+    h.update(part);
+  }
+  hash_runtime_headers(headers, h);
+  h.update(std::to_string(source.size()) + ":");
+  h.update(source);
+  const std::string key = h.hex().substr(0, 40);
 
   HostCompileResult result;
-  fs::path cache_so;
+  result.symbol_suffix = "_k" + key;
+  // The compiler runs in its private folder on relative names: the object does not depend on
+  // the folder's (random) name, so concurrent compiles of one source publish the same bytes.
+  auto argv_for = [&](const std::string& src, const std::string& out) {
+    std::vector<std::string> argv = cxx;
+    for (const std::string& f : split_words(kFixedFlags)) argv.push_back(f);
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (const std::string& f : split_words(kTailFlags)) argv.push_back(f);
+    argv.push_back("-I" + headers);
+    argv.push_back("-DCOIL_CACHE_KEY=k" + key);
+    argv.push_back("-frandom-seed=k" + key);
+    argv.insert(argv.end(), {"-o", out, src});
+    return argv;
+  };
+  auto resolve_entries = [&] {
+    result.entries.clear();
+    for (const std::string& e : entries) result.entries.push_back(result.entry(e));
+  };
+
+  std::optional<DiskCache> cache;
   if (!options.cache_dir.empty()) {
-    // Key: everything that can change the object, but not the paths (the cache is relocatable).
-    detail::Sha256 h;
-    h.update("coil-host-compile-v1");
-    for (const std::string& part : {cxx, std::string(kFixedFlags), options.cxx_flags,
-                                    std::string(kTailFlags), compiler_version(cxx)}) {
-      h.update(std::to_string(part.size()) + ":");
-      h.update(part);
-    }
-    hash_runtime_headers(headers, h);
-    h.update(std::to_string(source.size()) + ":");
-    h.update(source);
-    const std::string key = h.hex().substr(0, 40);
-    std::error_code ec;
-    fs::create_directories(options.cache_dir, ec);
-    cache_so = fs::path(options.cache_dir) / (key + ".so");
+    cache.emplace(options.cache_dir, "", &result.warnings);
+    if (!cache->enabled()) cache.reset();
+  }
+  const std::string so_name = key + ".so";
+  if (cache) {
+    // What the user can run again: the cache keeps the source next to the object.
     result.command =
-        command_for((fs::path(options.cache_dir) / (key + ".cpp")).string(), cache_so.string());
-    if (fs::exists(cache_so, ec)) {
+        quote_command(argv_for(cache->path() + "/" + key + ".cpp", cache->path() + "/" + so_name));
+    if (std::optional<CacheEntry> hit = cache->load(so_name, key)) {
       try {
-        result.library = std::make_shared<SharedLibrary>(cache_so.string());
+        result.library = std::make_shared<SharedLibrary>(hit->fd.release(), hit->path);
+        resolve_entries();
         result.cache_hit = true;
         result.seconds = elapsed();
         return result;
-      } catch (const CompileError&) {
-        // A corrupt entry (should not happen thanks to rename): recompile over it.
+      } catch (const CompileError& e) {
+        // Verified bytes that do not load or lack this key's entries (compiled from another
+        // source): evict and compile once more; a failure then is a CompileError.
+        result.library.reset();
+        std::string why = e.what();
+        why = why.substr(0, why.find('\n'));
+        cache->evict(so_name, "verified but unusable: " + why);
       }
     }
   }
 
-  const fs::path work = make_private_dir();
+  const fs::path work = make_temp_dir();
   struct Cleanup {
     fs::path dir;
     ~Cleanup() {
@@ -240,40 +244,37 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
       fs::remove_all(dir, ec);
     }
   } cleanup{work};
-  const fs::path src = work / "kernel.cpp";
   {
-    std::ofstream out(src, std::ios::binary);
+    std::ofstream out(work / "kernel.cpp", std::ios::binary);
     out << source;
-    COIL_USER_CHECK(out.good()) << "cannot write " << src.string();
+    COIL_USER_CHECK(out.good()) << "cannot write " << (work / "kernel.cpp").string();
   }
-  const fs::path out =
-      cache_so.empty() ? work / "kernel.so" : work / ("kernel." + unique_suffix() + ".so");
-  const std::string command = command_for(src.string(), out.string());
-  if (result.command.empty()) result.command = command;
-  CommandResult r = run_command(command);
+  const std::vector<std::string> argv = argv_for("kernel.cpp", "kernel.so");
+  if (result.command.empty())
+    result.command = quote_command(argv_for((work / "kernel.cpp").string(), "kernel.so"));
+  SubprocessResult r =
+      run_subprocess(argv, static_cast<double>(options.compile_timeout_s), work.string());
   result.log = std::move(r.output);
-  if (r.status != 0) {
-    COIL_UNSUPPORTED() << "host C++ compilation failed (exit " << r.status
-                       << ")\ncommand: " << command << "\n"
+  if (r.timed_out) throw_timeout(options, argv, result.log);
+  if (r.exit_code != 0) {
+    COIL_UNSUPPORTED() << "host C++ compilation failed (exit " << r.exit_code
+                       << ")\ncommand: " << quote_command(argv) << "\n(in " << work.string()
+                       << ")\n"
                        << result.log;
   }
-
-  if (cache_so.empty()) {
-    result.library = std::make_shared<SharedLibrary>(out.string());
-  } else {
-    // Publish atomically: readers either see no file or a complete one.
-    const fs::path tmp = cache_so.string() + ".tmp." + unique_suffix();
-    std::error_code ec;
-    fs::copy_file(out, tmp, fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(tmp, cache_so, ec);
-    if (ec) {
-      fs::remove(tmp, ec);
-      result.library = std::make_shared<SharedLibrary>(out.string());  // cache not writable
-    } else {
-      write_file_atomic(cache_so.parent_path() / (cache_so.stem().string() + ".cpp"), source);
-      result.library = std::make_shared<SharedLibrary>(cache_so.string());
+  const fs::path so = work / "kernel.so";
+  std::string display = so.string();
+  if (cache) {
+    const std::string bytes = read_file(so);
+    if (!bytes.empty() && cache->store(so_name, key, bytes, 0700)) {
+      cache->store(key + ".cpp", key, source, 0600);
+      display = cache->path() + "/" + so_name;
     }
   }
+  // From the private folder (nobody else can write it); removed when we return, which an
+  // open mapping survives.
+  result.library = std::make_shared<SharedLibrary>(so.string(), display);
+  resolve_entries();
   result.seconds = elapsed();
   return result;
 }

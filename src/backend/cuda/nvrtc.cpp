@@ -11,9 +11,11 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "coil/backend/common/disk_cache.h"
 #include "coil/backend/common/sha256.h"
 #include "coil/support/error.h"
 
@@ -84,20 +86,6 @@ const Nvrtc& nvrtc(const std::string& path) {
   return loaded->emplace(path, n).first->second;
 }
 
-std::string unique_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  return std::to_string(getpid()) + "." + std::to_string(counter++) + "." +
-         std::to_string(static_cast<uint64_t>(now) & 0xffffff);
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 std::string nvrtc_unavailable_reason(const CompileOptions& options) {
@@ -118,23 +106,28 @@ CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_min
   CubinResult r;
   r.command = "nvrtc " + std::to_string(n.major) + "." + std::to_string(n.minor);
   for (const auto& o : opts) r.command += " " + o;
-  fs::path cached;
+  std::optional<DiskCache> cache;
+  std::string key, name;
   if (!options.cache_dir.empty()) {
     Sha256 h;
     h.update(source);
     h.update(std::string_view("\0", 1));
     h.update(r.command);
-    std::error_code ec;
-    fs::path dir = fs::path(options.cache_dir) / "cuda";
-    fs::create_directories(dir, ec);
-    cached = dir / (h.hex() + ".cubin");
-    if (fs::exists(cached, ec)) {
-      r.cubin = read_file(cached);
-      if (!r.cubin.empty()) {
+    key = h.hex();
+    name = key + ".cubin";
+    cache.emplace(options.cache_dir, "cuda", &r.warnings);
+    if (!cache->enabled()) {
+      cache.reset();
+    } else if (std::optional<CacheEntry> hit = cache->load(name, key)) {
+      // Verified against its digest. (A cubin that cuModuleLoadData rejects anyway fails the
+      // compile; it is not evicted here, the module is loaded by the caller.)
+      if (!hit->content.empty()) {
+        r.cubin = std::move(hit->content);
         r.cache_hit = true;
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return r;
       }
+      cache->evict(name, "empty");
     }
   }
   nvrtcProgram prog = nullptr;
@@ -162,16 +155,7 @@ CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_min
   r.cubin.resize(size);
   n.nvrtcGetCUBIN(prog, r.cubin.data());
   n.nvrtcDestroyProgram(&prog);
-  if (!cached.empty()) {
-    const fs::path tmp = cached.string() + ".tmp." + unique_suffix();
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(r.cubin.data(), static_cast<std::streamsize>(r.cubin.size()));
-    }
-    std::error_code ec;
-    fs::rename(tmp, cached, ec);
-    if (ec) fs::remove(tmp, ec);
-  }
+  if (cache) cache->store(name, key, r.cubin, 0600);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -79,8 +79,7 @@ KernelRun compile_and_run(const loop::LoopProgram& p, const std::vector<HostTens
       return run;
     }
     using Fn = void (*)(void* const*, const int64_t*);
-    auto fn =
-        reinterpret_cast<Fn>(compiled.library->symbol(run.source.kernel_symbols.at(step.index)));
+    auto fn = reinterpret_cast<Fn>(compiled.entry(run.source.kernel_symbols.at(step.index)));
     fn(bufs.data(), sizes.data());
     for (int sid : s.memory.free_after[t]) {
       std::memset(storages[sid]->data(), 0xff, storages[sid]->size());

@@ -98,14 +98,15 @@ TEST(HostCompiler, DiskCache) {
   EXPECT_LT(hit.seconds, miss.seconds);
   EXPECT_EQ(hit.library->path(), miss.library->path());
   std::printf("  cache miss %.3f s, hit %.4f s\n", miss.seconds, hit.seconds);
-  int so = 0, cpp = 0, other = 0;
+  int so = 0, cpp = 0, digests = 0, other = 0;
   for (auto& e : fs::directory_iterator(opt.cache_dir)) {
     const std::string ext = e.path().extension().string();
-    (ext == ".so" ? so : ext == ".cpp" ? cpp : other)++;
+    (ext == ".so" ? so : ext == ".cpp" ? cpp : ext == ".sha256" ? digests : other)++;
   }
   EXPECT_EQ(so, 1);
-  EXPECT_EQ(cpp, 1);    // the source, for debugging
-  EXPECT_EQ(other, 0);  // no temporaries left
+  EXPECT_EQ(cpp, 1);      // the source, for debugging
+  EXPECT_EQ(digests, 2);  // one per entry
+  EXPECT_EQ(other, 0);    // no temporaries left
 
   auto fn = reinterpret_cast<void (*)(const float*, float*, int64_t)>(hit.library->symbol("axpy"));
   float x[1] = {1.0f}, y[1] = {0.0f};
@@ -121,7 +122,7 @@ TEST(HostCompiler, DiskCache) {
   // A different cache entry is a different file: the key is content-addressed.
   std::set<std::string> names;
   for (auto& e : fs::directory_iterator(opt.cache_dir)) names.insert(e.path().filename());
-  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.size(), 12u);  // 3 keys x (.so, .cpp) x (entry, digest)
 }
 
 TEST(HostCompiler, ConcurrentCompilesOfOneSource) {

@@ -114,8 +114,7 @@ void expect_runs_like_interpreter(const Compiled& c, const std::vector<HostTenso
   for (const auto& step : s.order) {
     ASSERT_EQ(step.kind, sched::ScheduledStep::Kind::Kernel) << "externs are not run here";
     using Fn = void (*)(void* const*, const int64_t*);
-    auto fn = reinterpret_cast<Fn>(
-        compiled.library->symbol(std::string(c.kernel_symbols.at(step.index))));
+    auto fn = reinterpret_cast<Fn>(compiled.entry(std::string(c.kernel_symbols.at(step.index))));
     fn(bufs.data(), sizes.data());
   }
   ASSERT_EQ(want.size(), p.outputs.size());

@@ -6,7 +6,9 @@
 // on the loader's path.
 //
 // The cubin cache: <options.cache_dir>/cuda/<sha256>.cubin, the key covering the source (which
-// embeds the prelude), the architecture, the NVRTC version and the compile options.
+// embeds the prelude), the architecture, the NVRTC version and the compile options; kept by the
+// rules of coil/backend/common/disk_cache.h (trusted folder, <entry>.sha256 digests checked
+// before use, atomic fsync'ed writes, warnings returned in CubinResult::warnings).
 #pragma once
 
 #include <memory>
@@ -24,6 +26,7 @@ struct CubinResult {
   std::string log;      // NVRTC's log (warnings)
   double seconds = 0;   // compile (or cache lookup) time
   bool cache_hit = false;
+  std::vector<std::string> warnings;  // cache warnings (each once per process), to show the user
 };
 
 // CompileError with NVRTC's log when the source does not compile, or when NVRTC is missing.
