@@ -258,13 +258,13 @@ DiskCache::DiskCache(const std::string& root, const std::string& sub,
     try {
       priv = private_root_path();
     } catch (const CompileError& e) {
-      warn("unwritable", "coil: not using the kernel cache folder " + want + " (" + refused +
+      warn("unwritable", "not using the kernel cache folder " + want + " (" + refused +
                              ") and cannot make a private one (" + e.what() +
                              "); compiling without a disk cache");
       path_.clear();
       return;
     }
-    warn("refused", "coil: not using the kernel cache folder " + want + ": " + refused +
+    warn("refused", "not using the kernel cache folder " + want + ": " + refused +
                         "; using the private temporary cache " + priv + " for this process");
     std::string refused2, failed2;
     fd = open_chain(priv, refused2, failed2);
@@ -276,7 +276,7 @@ DiskCache::DiskCache(const std::string& root, const std::string& sub,
     for (const std::string& p : parts) want += "/" + p;
     private_ = true;
   } else if (fd.get() < 0) {
-    warn("unwritable", "coil: cannot use the kernel cache folder " + want + " (" + failed +
+    warn("unwritable", "cannot use the kernel cache folder " + want + " (" + failed +
                            "); compiling without a disk cache");
     path_.clear();
     return;
@@ -298,8 +298,8 @@ void DiskCache::evict(const std::string& name, const std::string& why) {
   if (unlinkat(dir_.get(), name.c_str(), 0) != 0 && errno == EISDIR)
     unlinkat(dir_.get(), name.c_str(), AT_REMOVEDIR);
   unlinkat(dir_.get(), (name + ".sha256").c_str(), 0);
-  warn("evicted", "coil: evicted an invalid entry from the kernel cache folder " + path_ + " (" +
-                      name + ": " + why + "); it is recompiled");
+  warn("evicted", "evicted an invalid entry from the kernel cache folder " + path_ + " (" + name +
+                      ": " + why + "); it is recompiled");
 }
 
 std::optional<CacheEntry> DiskCache::load(const std::string& name, const std::string& key) {
@@ -381,7 +381,7 @@ bool DiskCache::write_atomic(const std::string& name, std::string_view content, 
   }
   if (failed.empty()) return true;
   unlinkat(dir_.get(), tmp.c_str(), 0);
-  warn("unwritable", "coil: cannot write to the kernel cache folder " + path_ + " (" + failed +
+  warn("unwritable", "cannot write to the kernel cache folder " + path_ + " (" + failed +
                          "); compiling without caching there");
   return false;
 }

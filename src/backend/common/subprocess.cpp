@@ -27,8 +27,8 @@ namespace {
 // Between fork and exec only async-signal-safe calls: coil's process has threads (OpenMP, NVRTC
 // jobs, Python's), and a lock one of them held at fork stays locked in the child forever.
 
-// _Fork (glibc 2.34) skips the pthread_atfork handlers, which a fork inside the already forked
-// child must not run (they take locks).
+// _Fork (glibc 2.34) skips the pthread_atfork handlers, which a forked child of a threaded
+// process must not run (they take locks, allocate), and which the parent does not need.
 pid_t fork_no_handlers() {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
   return _Fork();
@@ -209,7 +209,9 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, double tim
   COIL_USER_CHECK(pipe2(p, O_CLOEXEC) == 0) << "pipe2: " << std::strerror(errno);
   Fd rd{p[0]}, wr{p[1]};
   const pid_t parent = getpid();
-  const pid_t sup = fork();
+  // Without the pthread_atfork handlers: the child only calls async-signal-safe functions
+  // before exec, and handlers (OpenBLAS shuts its thread pool down in one) are costs or hazards.
+  const pid_t sup = fork_no_handlers();
   if (sup == 0) {
     close(rd.fd);
     supervise(parent, path.c_str(), cargv.data(), cwd.empty() ? nullptr : cwd.c_str(), devnull.fd,

@@ -93,7 +93,7 @@ void expect_refused_with_private_cache(const fs::path& root, const std::string& 
   ASSERT_TRUE(c.enabled());
   EXPECT_TRUE(c.is_private());
   ASSERT_EQ(w.size(), 1u) << joined(w);
-  EXPECT_NE(w[0].find("coil: not using the kernel cache folder " + root.string() + "/cuda: "),
+  EXPECT_NE(w[0].find("not using the kernel cache folder " + root.string() + "/cuda: "),
             std::string::npos)
       << w[0];
   EXPECT_NE(w[0].find(reason), std::string::npos) << w[0];
@@ -146,7 +146,7 @@ TEST(DiskCache, UnwritableFolderWarnsOnceAndDisables) {
   DiskCache c(root.string(), "", &w);
   EXPECT_FALSE(c.enabled());
   ASSERT_EQ(w.size(), 1u) << joined(w);
-  EXPECT_EQ(w[0].rfind("coil: cannot use the kernel cache folder " + root.string() + " (", 0), 0u)
+  EXPECT_EQ(w[0].rfind("cannot use the kernel cache folder " + root.string() + " (", 0), 0u)
       << w[0];
   EXPECT_NE(w[0].find("compiling without a disk cache"), std::string::npos) << w[0];
   EXPECT_FALSE(c.load("e", "k"));
@@ -202,8 +202,7 @@ TEST(DiskCache, TruncatedEntriesAndBadDigestsEvicted) {
     EXPECT_FALSE(c.load("e", "k")) << digest;
     EXPECT_FALSE(fs::exists(e)) << digest;
   }
-  EXPECT_TRUE(contains(w, "coil: evicted an invalid entry from the kernel cache folder"))
-      << joined(w);
+  EXPECT_TRUE(contains(w, "evicted an invalid entry from the kernel cache folder")) << joined(w);
   EXPECT_EQ(w.size(), 1u) << "once per folder: " << joined(w);
 }
 

@@ -230,8 +230,8 @@ TEST(HostCacheFaults, UnsafeFolderUsesAPrivateCache) {
   auto r = compile_and_load(src, c.opt, {"kernel0"});
   EXPECT_EQ(run3(r), 24.0f);
   ASSERT_EQ(r.warnings.size(), 1u) << joined(r.warnings);
-  EXPECT_EQ(r.warnings[0].rfind("coil: not using the kernel cache folder " + c.opt.cache_dir +
-                                    ": " + c.opt.cache_dir +
+  EXPECT_EQ(r.warnings[0].rfind("not using the kernel cache folder " + c.opt.cache_dir + ": " +
+                                    c.opt.cache_dir +
                                     " is writable by group or others (mode 0777); using the "
                                     "private temporary cache ",
                                 0),
@@ -261,7 +261,7 @@ TEST(HostCacheFaults, UnwritableFolderWarnsOnceAndCompiles) {
   auto r = compile_and_load(src, opt, {"kernel0"});
   EXPECT_EQ(run3(r), 27.0f);
   ASSERT_EQ(r.warnings.size(), 1u) << joined(r.warnings);
-  EXPECT_EQ(r.warnings[0], "coil: cannot use the kernel cache folder " + opt.cache_dir + " (" +
+  EXPECT_EQ(r.warnings[0], "cannot use the kernel cache folder " + opt.cache_dir + " (" +
                                opt.cache_dir +
                                ": Not a directory); compiling without a disk cache");
   auto again = compile_and_load(src, opt, {"kernel0"});
