@@ -163,6 +163,16 @@ def _note_fallback(name: str, reason: str) -> None:
         log.debug("coil: graph %s runs eagerly: %s", name, reason)
 
 
+def _warn_once(line: str) -> None:
+    """A fault coil survived (CompileArtifacts::warnings): logged once per process."""
+    with _lock:
+        first = line not in _warned
+        _warned.add(line)
+    if first:
+        log.warning("coil: %s", line)
+        warnings.warn(f"coil: {line}", RuntimeWarning, stacklevel=3)
+
+
 def _load_extension():
     return importlib.import_module("coil._coil")
 
@@ -190,9 +200,12 @@ class CoilGraphFn:
 
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
                  options: CoilOptions, on_cuda: bool = False, replay: bool = False,
-                 consume: bool = False):
+                 consume: bool = False, device_index: int = 0):
         self.name = name
         self.on_cuda = on_cuda
+        # The CUDA device the graph was compiled for: made current around each call where
+        # another is (its stream, its allocator, a CUDA graph captured on it).
+        self.device_index = device_index
         self.gm = gm
         self.exported = exported
         self.compiled = compiled
@@ -215,6 +228,12 @@ class CoilGraphFn:
     def __call__(self, args: list) -> list:
         if self.eager is not None:
             return self.eager(args)
+        if self.on_cuda and torch.cuda.current_device() != self.device_index:
+            with torch.cuda.device(self.device_index):
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args: list) -> list:
         ex = self.exported
         inputs = [_runtime_tensor(args[i]) for i in ex.input_indices]
         inputs.extend(ex.constants)
@@ -252,7 +271,13 @@ class CoilGraphFn:
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
                 )
             return ex.rebuild_outputs(outs, args, env)
+        except torch.OutOfMemoryError:
+            # As eager would: the caller may free memory and call again (the graph stays
+            # compiled; what the failed call allocated is gone with its references).
+            raise
         except Exception as e:
+            if _is_out_of_memory(e):
+                raise torch.OutOfMemoryError(str(e)) from e
             if self.options.strict:
                 raise
             # Re-running eagerly is safe as long as the inputs are still there: a graph's only
@@ -274,6 +299,13 @@ class CoilGraphFn:
         if release is not None:
             kwargs["checked"] = release
         return self.compiled.run(inputs, **kwargs)
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    """An allocation failure that crossed the C++ runtime (PyTorch's allocator raised it inside
+    coil's callback, or cuMemAlloc failed) and may have lost its type on the way."""
+    text = str(e)
+    return "out of memory" in text.lower() and ("CUDA" in text or "cuMemAlloc" in text)
 
 
 class InputRelease:
@@ -327,6 +359,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
     dump = GraphDump(options.debug, options.debug_dir, name)
     dump.fx_graph(gm)
     timings: dict[str, float] = {}
+    device_index = 0
     try:
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
@@ -352,6 +385,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         if exported.binder is not None:
             copts["symbol_ranges"] = exported.binder.ranges_text()
         if on_cuda:
+            device_index = coil_cuda.graph_device_index(gm, example_inputs)
+            copts["cuda_device"] = device_index
             copts.update(coil_cuda.compile_options())
             why = coil_cuda.unavailable_reason(C, copts)
             if why:
@@ -371,6 +406,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         _note_fallback(name, reason)
         return _eager(gm)
     dump.artifacts(artifacts, timings)
+    for line in artifacts.get("warnings", []) or []:
+        _warn_once(line)
     with _lock:
         _report.graphs_compiled += 1
         _report.export_seconds += timings["python_export"]
@@ -385,7 +422,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         if blocker:
             dump.note(f"no CUDA graph: {blocker}")
     consume = kind == "backward" and options.free_backward_inputs
-    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay, consume)
+    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay, consume,
+                     device_index)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:
@@ -450,6 +488,14 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         if n:
             log.debug("coil: %d log_softmax/cross_entropy call(s) as x - logsumexp(x)", n)
 
+    # Dynamo's DDP graph splitting (DDPOptimizer) tells whether a backend went through
+    # AOTAutograd by this counter, which torch's own aot_autograd backends bump: where it moved,
+    # it calls the compiled submodule once under fake mode, which consumes AOTAutograd's
+    # "fakify first call" (the first call returns the traced outputs' fake tensors). Unbumped,
+    # that first call was the first real one, and training returned fake tensors (DDP).
+    from torch._dynamo.utils import counters
+
+    counters["aot_autograd"]["total"] += 1
     compiled = aot_module_simplified(
         gm,
         example_inputs,

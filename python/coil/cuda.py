@@ -21,6 +21,36 @@ def graph_on_cuda(example_inputs) -> bool:
     return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
 
 
+class DeviceMismatch(RuntimeError):
+    """A graph whose tensors live on several CUDA devices (it runs eagerly, with this reason)."""
+
+
+def graph_device_index(gm, example_inputs) -> int:
+    """The one CUDA device a graph runs on: the index its CUDA inputs and the devices its nodes
+    name (factory calls' device=) share. CPU tensors among them are left to the export (0-d
+    scalars are read on the host). DeviceMismatch where two indices meet."""
+    seen: dict[int, str] = {}
+
+    def note(dev, where: str) -> None:
+        if isinstance(dev, torch.device) and dev.type == "cuda":
+            seen.setdefault(dev.index if dev.index is not None else torch.cuda.current_device(),
+                            where)
+
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor):
+            note(x.device, f"input {i}")
+    for node in gm.graph.nodes:
+        for a in list(node.args) + list(node.kwargs.values()):
+            note(a, f"node {node.name}")
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            note(val.device, f"node {node.name}")
+    if len(seen) > 1:
+        raise DeviceMismatch("tensors on several CUDA devices (" + ", ".join(
+            f"cuda:{i} at {w}" for i, w in sorted(seen.items())) + ")")
+    return next(iter(seen), 0)
+
+
 @functools.lru_cache(maxsize=1)
 def nvrtc_path() -> str:
     """libnvrtc from the nvidia-cuda-nvrtc wheel PyTorch depends on ("" = let C++ try sonames)."""
@@ -50,11 +80,13 @@ def compile_options() -> dict[str, Any]:
 
 
 def _allocate(nbytes: int) -> torch.Tensor:
+    # On the current device: the glue makes the graph's device current around each call.
     return torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device="cuda")
 
 
 def run_kwargs() -> dict[str, Any]:
-    """Per call: PyTorch's current stream and its caching allocator."""
+    """Per call: PyTorch's current stream and its caching allocator (of the current device,
+    which the caller made the graph's)."""
     return {"stream": torch.cuda.current_stream().cuda_stream, "alloc": _allocate}
 
 

@@ -11,31 +11,66 @@ gets a folder under the debug dir:
   06_compiler.log      host compiler command and output
   timings.json         stage -> seconds (plus the Python-side export time)
   fallbacks.txt        ops run eagerly; or why the whole graph fell back
+  warnings.txt         faults coil survived (unsafe or unwritable cache, evicted entries)
+
+Dumping is best-effort: an unwritable debug dir logs one warning and compilation goes on.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger("coil")
 _counter = itertools.count()
+# Roots whose failed writes were reported (once per process each).
+_failed_roots: set[str] = set()
+_failed_lock = threading.Lock()
+
+
+def _report_failure(root: str, e: OSError) -> None:
+    with _failed_lock:
+        first = root not in _failed_roots
+        _failed_roots.add(root)
+    if first:
+        log.warning("coil: debug dump to %s failed (%s: %s); compiling without it",
+                    root, type(e).__name__, e)
 
 
 class GraphDump:
-    """Writes one graph's folder; every method is a no-op when disabled."""
+    """Writes one graph's folder; every method is a no-op when disabled. Best-effort: a folder
+    that cannot be made or written logs one warning per root and per process, and the dump
+    turns itself off (compilation goes on: a debug aid must never stop the program)."""
 
     def __init__(self, enabled: bool, root: str, name: str):
         self.dir: Path | None = None
+        self.root = root
         if enabled:
-            self.dir = Path(root) / f"{next(_counter):03d}_{name}_pid{os.getpid()}"
-            self.dir.mkdir(parents=True, exist_ok=True)
+            d = Path(root) / f"{next(_counter):03d}_{name}_pid{os.getpid()}"
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                self.dir = d
+            except OSError as e:
+                _report_failure(root, e)
+
+    def _guarded(self, write) -> None:
+        if self.dir is None:
+            return
+        try:
+            write()
+        except OSError as e:
+            _report_failure(self.root, e)
+            self.dir = None
 
     def write(self, filename: str, text: str) -> None:
         if self.dir is not None:
-            (self.dir / filename).write_text(text)
+            path = self.dir / filename
+            self._guarded(lambda: path.write_text(text))
 
     def fx_graph(self, gm) -> None:
         if self.dir is not None:
@@ -43,8 +78,13 @@ class GraphDump:
 
     def note(self, line: str) -> None:
         if self.dir is not None:
-            with open(self.dir / "00_passes.txt", "a") as f:
-                f.write(line + "\n")
+            path = self.dir / "00_passes.txt"
+
+            def append():
+                with open(path, "a") as f:
+                    f.write(line + "\n")
+
+            self._guarded(append)
 
     def graph_text(self, text: str) -> None:
         self.write("01_graph.txt", text)
@@ -60,6 +100,9 @@ class GraphDump:
         self.write("timings.json", json.dumps(timings, indent=2) + "\n")
         ops = list(art.get("fallback_ops", []) or [])
         self.write("fallbacks.txt", "".join(f"{op}\n" for op in ops))
+        warnings = list(art.get("warnings", []) or [])
+        if warnings:
+            self.write("warnings.txt", "".join(f"{w}\n" for w in warnings))
 
     def graph_fallback(self, reason: str) -> None:
         self.write("fallbacks.txt", f"whole graph ran eagerly: {reason}\n")

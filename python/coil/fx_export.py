@@ -756,7 +756,14 @@ class _Exporter:
                 (outs,) = node.args
                 flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
                 for o in flat:
-                    if isinstance(o, fx.Node) and o in self.ids and isinstance(self.ids[o], int):
+                    if isinstance(o, fx.Node) and o in tensor_placeholders:
+                        # An input returned as it is: the caller's own tensor, never an alias
+                        # the runtime makes of its memory. (AOTAutograd saves such outputs for
+                        # the backward; FSDP2 frees an unsharded parameter's memory after the
+                        # forward and gathers it again before the backward into the same
+                        # storage, which an alias of the old memory does not see.)
+                        output_spec.append(("input", tensor_placeholders[o]))
+                    elif isinstance(o, fx.Node) and o in self.ids and isinstance(self.ids[o], int):
                         chain = _view_chain(o, tensor_placeholders)
                         gapped = _gapped_strides(_val(o))
                         if chain is not None:

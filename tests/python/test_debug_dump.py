@@ -16,9 +16,10 @@ def _dump_dirs(tmp_path, options):
     torch._dynamo.reset()
     x = torch.randn(8, 32)
     out = torch.compile(softmax_plus, backend="coil",
-                        options={"debug": True, "debug_dir": str(tmp_path), **options})(x)
+                        options={"debug": True, "debug_dir": str(tmp_path / "dump"),
+                                 **options})(x)
     torch.testing.assert_close(out, softmax_plus(x))
-    return sorted(tmp_path.iterdir())
+    return sorted((tmp_path / "dump").iterdir())
 
 
 def test_dump_has_every_stage(tmp_path):
@@ -31,12 +32,18 @@ def test_dump_has_every_stage(tmp_path):
     assert "reduce max" in (d / "02_loop_program.txt").read_text()
     assert "kernel0" in (d / "03_schedule.txt").read_text()
     assert "fused" in (d / "04_fusion_log.txt").read_text()
-    assert "COIL_KERNEL void kernel0" in (d / "05_kernels.cpp").read_text()
+    assert "COIL_KERNEL void COIL_ENTRY(kernel0)" in (d / "05_kernels.cpp").read_text()
 
 
 def test_dump_of_failed_host_compile(tmp_path):
+    # A compiler that answers --version (the cache key and the kernels' symbols need it) and
+    # fails every compile.
+    cxx = tmp_path / "failing-cxx"
+    cxx.write_text("#!/bin/sh\n[ \"$1\" = --version ] && exec g++ --version\n"
+                   "echo 'failing-cxx: no' >&2\nexit 1\n")
+    cxx.chmod(0o755)
     with pytest.warns(RuntimeWarning, match="runs eagerly"):
-        (d,) = _dump_dirs(tmp_path, {"cache_dir": "", "cxx": "false"})
+        (d,) = _dump_dirs(tmp_path, {"cache_dir": "", "cxx": str(cxx)})
     names = {p.name for p in d.iterdir()}
     assert {"02_loop_program.txt", "05_kernels.cpp", "compile_error.txt"} <= names
     assert "host C++ compilation failed" in (d / "compile_error.txt").read_text()
