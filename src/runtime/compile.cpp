@@ -180,7 +180,19 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   }
   auto modules = time("load", [&] {
     auto m = std::make_shared<std::vector<std::shared_ptr<cu::Module>>>();
-    for (const auto& c : cubins) m->push_back(std::make_shared<cu::Module>(c.cubin));
+    for (size_t u = 0; u < cubins.size(); ++u) {
+      try {
+        m->push_back(std::make_shared<cu::Module>(cubins[u].cubin));
+      } catch (const CompileError&) {
+        if (!cubins[u].cache_hit) throw;
+        // A cached image the driver rejects (digest intact: written by another NVRTC or
+        // driver, say): evicted and compiled again, once.
+        cubins[u] = cu::compile_to_cubin(sources[u], dev.cc_major, dev.cc_minor, options,
+                                         /*evict_cached=*/true);
+        for (auto& w : cubins[u].warnings) a.warnings.push_back(w);
+        m->push_back(std::make_shared<cu::Module>(cubins[u].cubin));
+      }
+    }
     return m;
   });
   for (size_t i = 0; i < source.kernels.size(); ++i) {

@@ -7,6 +7,9 @@ out-of-memory error inside a compiled call is PyTorch's own, leaving the process
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -144,3 +147,58 @@ def test_out_of_memory_is_pytorchs_error_and_the_process_goes_on():
     torch.cuda.empty_cache()
     torch.testing.assert_close(compiled(x), f(x))  # still compiled, still right
     assert not coil.report().graphs_fallen_back, coil.report()
+
+
+# ---- the cubin cache (the same rules as the host libraries' cache: tests/python/test_faults.py)
+
+
+def _compile_softplus(cache_dir):
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.nn.functional.softplus(x * 1.25).sum(-1)
+
+    x = torch.randn(64, 300, device="cuda")
+    got = torch.compile(f, backend="coil", options={"cache_dir": str(cache_dir), "strict": True,
+                                                    "cuda_graphs": False})(x)
+    torch.testing.assert_close(got, f(x))
+
+
+def _cubins(cache_dir):
+    return sorted((cache_dir / "cuda").glob("*.cubin"))
+
+
+def test_cubin_cache_modes_and_digests(tmp_path):
+    cache = tmp_path / "cache"
+    old = os.umask(0)
+    try:
+        _compile_softplus(cache)
+    finally:
+        os.umask(old)
+    cubins = _cubins(cache)
+    assert cubins
+    for c in cubins:
+        assert c.stat().st_mode & 0o777 == 0o600
+        assert Path(str(c) + ".sha256").exists()
+    assert (cache / "cuda").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("damage", ["truncate", "forged"])
+def test_damaged_cubin_is_evicted_and_recompiled(tmp_path, damage):
+    cache = tmp_path / "cache"
+    _compile_softplus(cache)
+    for c in _cubins(cache):
+        data = c.read_bytes()
+        if damage == "truncate":
+            c.write_bytes(data[: len(data) // 3])
+        else:  # garbage whose digest matches: only the driver can tell
+            import hashlib
+
+            junk = b"\x7fELF" + bytes(len(data))
+            digest = Path(str(c) + ".sha256")
+            key = c.name[: -len(".cubin")]
+            digest.write_text(hashlib.sha256(key.encode() + b"\0" + junk).hexdigest() + "\n")
+            c.write_bytes(junk)
+    coil.reset_report()
+    _compile_softplus(cache)  # strict: recompiled, not fallen back
+    assert not coil.report().graphs_fallen_back

@@ -93,7 +93,7 @@ std::string nvrtc_unavailable_reason(const CompileOptions& options) {
 }
 
 CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_minor,
-                             const CompileOptions& options) {
+                             const CompileOptions& options, bool evict_cached) {
   const auto t0 = std::chrono::steady_clock::now();
   const Nvrtc& n = nvrtc(options.cuda_nvrtc_path);
   COIL_USER_CHECK(n.why.empty()) << "no CUDA compiler: " << n.why;
@@ -118,9 +118,11 @@ CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_min
     cache.emplace(options.cache_dir, "cuda", &r.warnings);
     if (!cache->enabled()) {
       cache.reset();
+    } else if (evict_cached) {
+      cache->evict(name, "the CUDA driver could not load it");
     } else if (std::optional<CacheEntry> hit = cache->load(name, key)) {
-      // Verified against its digest. (A cubin that cuModuleLoadData rejects anyway fails the
-      // compile; it is not evicted here, the module is loaded by the caller.)
+      // Verified against its digest. (One that cuModuleLoadData rejects anyway is evicted and
+      // compiled again by the caller, runtime/compile.cpp, through evict_cached.)
       if (!hit->content.empty()) {
         r.cubin = std::move(hit->content);
         r.cache_hit = true;

@@ -30,8 +30,10 @@ struct CubinResult {
 };
 
 // CompileError with NVRTC's log when the source does not compile, or when NVRTC is missing.
+// evict_cached: drop the cached entry first (the driver rejected the cached image) and
+// compile afresh.
 CubinResult compile_to_cubin(const std::string& source, int cc_major, int cc_minor,
-                             const CompileOptions& options);
+                             const CompileOptions& options, bool evict_cached = false);
 
 // The unit (0 .. units-1) of each item (an entry point, a kernel) of cost `cost` (its source
 // length) when they are compiled as `units` translation units at once: balanced by cost,
