@@ -176,6 +176,7 @@ RuntimeTensor from_torch(nb::handle obj, const char* what, size_t index) {
   RuntimeTensor t;
   if (array.device_type() == nb::device::cuda::value) {
     t.device = Device::CUDA;
+    t.device_index = array.device_id();
   } else if (array.device_type() != nb::device::cpu::value) {
     bad_tensor(what, index, "is neither on the cpu nor on a cuda device");
   }
@@ -219,8 +220,10 @@ nb::object to_torch(RuntimeTensor&& t) {
   DLTensor& dl = e->managed.dl_tensor;
   nb::dlpack::dtype dt = dtype_to_dlpack(e->tensor.dtype);
   dl.data = e->tensor.data;
-  dl.device =
-      e->tensor.device == Device::CUDA ? DLDevice{2 /* kDLCUDA */, 0} : DLDevice{1 /* kDLCPU */, 0};
+  // The CUDA device's ordinal matters: a cuda:1 buffer exported as cuda:0 is a tensor whose
+  // device lies (PyTorch's kernels and device checks follow the tag, not the pointer).
+  dl.device = e->tensor.device == Device::CUDA ? DLDevice{2 /* kDLCUDA */, e->tensor.device_index}
+                                               : DLDevice{1 /* kDLCPU */, 0};
   dl.ndim = static_cast<int32_t>(e->tensor.sizes.size());
   dl.dtype = {dt.code, dt.bits, dt.lanes};
   dl.shape = e->tensor.sizes.data();

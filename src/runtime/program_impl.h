@@ -150,6 +150,7 @@ struct Program::Impl {
     RuntimeTensor t;
     t.dtype = v.dtype;
     t.device = device;
+    t.device_index = cuda ? cuda->device().ordinal : 0;
     size_t rank = v.sizes.size();
     t.sizes.resize(rank);
     t.strides.resize(rank);

@@ -22,6 +22,7 @@ struct RuntimeTensor {
   void* data = nullptr;  // points at element 0 (storage offset already applied)
   DType dtype = DType::Float32;
   Device device = Device::CPU;
+  int device_index = 0;  // the CUDA device's ordinal (0 on the CPU)
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;  // in elements
   std::shared_ptr<void> owner;
