@@ -40,6 +40,21 @@ for mod in nanobind scikit_build_core pytest ninja cmake expecttest; do
   fi
 done
 
+# The model dashboard's libraries (bench/dashboard.py; its tests skip visibly without them).
+# torchvision 0.28.0 is the release made for torch 2.13.0; PyPI's wheel is built for CUDA, so
+# its C++ ops do not load next to the CPU torch (bench/dashboard_models.py: import_torchvision
+# works around it; the dashboard's models need none of them). --no-deps keeps torch as it is.
+if ! "$PY" -c 'import torchvision' 2>/dev/null && ! "$PY" -m pip show -q torchvision >/dev/null 2>&1; then
+  log "installing torchvision==0.28.0 (dashboard)"
+  pip_install --no-deps torchvision==0.28.0 || log "torchvision not installed (no network?)"
+fi
+for pkg in timm transformers; do
+  if ! "$PY" -m pip show -q "$pkg" >/dev/null 2>&1; then
+    log "installing $pkg (dashboard)"
+    pip_install "$pkg" || log "$pkg not installed (no network?)"
+  fi
+done
+
 # The build: an editable install (entry point + extension) whose CMake build also compiles the
 # gtest executables. build-dir is fixed (pyproject.toml) and ccache is used, so rebuilds are
 # incremental.
