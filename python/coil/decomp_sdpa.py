@@ -41,6 +41,13 @@ def _scores(q, k, is_causal, attn_mask, scale):
     return s, scale
 
 
+def _finite(lse):
+    """The logsumexp with a fully masked row's -inf as 0: exp(-inf - 0) makes the row's
+    probabilities 0 (its output 0, its gradients 0), as the fused kernel gives; exp(-inf - -inf)
+    was NaN."""
+    return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+
+
 def _supported(q, k, v, dropout_p) -> bool:
     # Grouped-query shapes (fewer k/v heads) and dropout keep the fused kernel.
     return dropout_p == 0.0 and q.dim() == 4 and q.shape[1] == k.shape[1] == v.shape[1]
@@ -52,7 +59,7 @@ def flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mas
         return NotImplemented
     s, _ = _scores(query, key, is_causal, attn_mask, scale)
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse.unsqueeze(-1))
+    p = torch.exp(s - _finite(lse).unsqueeze(-1))
     out = torch.matmul(p, value.to(p.dtype)).to(query.dtype)
     return out, lse
 
@@ -63,7 +70,7 @@ def flash_for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_
         return NotImplemented
     s, scale = _scores(query, key, is_causal, attn_mask, scale)
     ct = s.dtype
-    p = torch.exp(s - logsumexp.to(ct).unsqueeze(-1))
+    p = torch.exp(s - _finite(logsumexp.to(ct)).unsqueeze(-1))
     do = grad_out.to(ct)
     dv = torch.matmul(p.transpose(-2, -1), do)
     dp = torch.matmul(do, value.to(ct).transpose(-2, -1))

@@ -88,6 +88,9 @@ PRIMITIVE_OPS = frozenset("""
 _DECOMPOSE = [
     # softmax family (aten._softmax itself is lowered by C++: src/lower/reduction.cpp)
     aten._log_softmax,
+    # softmax with fully masked rows giving 0 (SDPA's math path with a mask, HF's BERT and T5 on
+    # CUDA): a where() around the softmax coil lowers
+    aten._safe_softmax,
     aten._softmax_backward_data,
     aten._log_softmax_backward_data,
     aten.logsumexp,
