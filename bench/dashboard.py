@@ -279,11 +279,14 @@ def versions() -> dict[str, str]:
 def load_rows(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    rows = []
+    # A rerun of a (model, mode, device) row (--fresh, or a file appended to by hand)
+    # supersedes the earlier one; the order is the first run's.
+    rows: dict[tuple, dict] = {}
     for line in path.read_text().splitlines():
         if line.strip():
-            rows.append(json.loads(line))
-    return rows
+            r = json.loads(line)
+            rows[(r.get("model"), r.get("mode"), r.get("device"))] = r
+    return list(rows.values())
 
 
 def run_one(name: str, mode: str, device: str, timeout: float, min_reps: int,
