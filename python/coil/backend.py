@@ -452,6 +452,27 @@ def _partition(opts: CoilOptions) -> dict[str, Any]:
                                               compiler="inductor")}
 
 
+# torch.compile's modes (torch.compile forbids mode= together with options=, for every backend).
+KNOWN_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_mode(mode: str | None) -> None:
+    """An unknown mode is an error; the others are accepted. For now every mode compiles as
+    the default does (CUDA inference graphs replay a CUDA graph where that measured faster;
+    no matrix-product templates yet): said once per process, so nobody mistakes the mode for
+    honoured."""
+    if mode is None or mode == "default":
+        return
+    if mode not in KNOWN_MODES:
+        raise ValueError(f"coil: unknown torch.compile mode {mode!r}; known: "
+                         + ", ".join(KNOWN_MODES))
+    with _lock:
+        first = f"mode:{mode}" not in _warned
+        _warned.add(f"mode:{mode}")
+    if first:
+        log.warning("coil: mode=%r compiles as the default mode does in this version", mode)
+
+
 def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                  options: dict[str, Any] | None = None, mode: str | None = None, **kwargs):
     """TorchDynamo backend: torch.compile(model, backend="coil", options={...})."""
@@ -460,6 +481,7 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
 
     if kwargs:
         log.warning("coil: ignoring unknown backend arguments %s", sorted(kwargs))
+    _check_mode(mode)
     opts = build_options(options)
 
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):

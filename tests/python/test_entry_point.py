@@ -26,3 +26,24 @@ def test_backend_found_without_importing_coil(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("ok")
+
+
+def test_unknown_mode_is_a_clear_error():
+    import torch
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 2, backend="coil", mode="max-autotuned")
+    with pytest.raises(Exception, match="unknown torch.compile mode 'max-autotuned'"):
+        f(torch.randn(4))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_known_modes_compile(mode, caplog):
+    import torch
+
+    pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+    torch._dynamo.reset()
+    x = torch.randn(33)
+    f = torch.compile(lambda x: torch.tanh(x) + 1, backend="coil", mode=mode)
+    torch.testing.assert_close(f(x), torch.tanh(x) + 1)
