@@ -1,6 +1,7 @@
 // DiskCache: folder and file modes, refused and unwritable folders, entries refused, evicted,
 // and stale temporaries of dead processes removed.
 #include "coil/backend/common/disk_cache.h"
+#include "temp_dir.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -19,17 +20,7 @@ namespace fs = std::filesystem;
 using coil::backend::DiskCache;
 using coil::backend::entry_digest;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "coil-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using coil::test_support::TempDir;
 
 mode_t mode_of(const fs::path& p) {
   struct stat st;

@@ -17,6 +17,7 @@
 #include "coil/backend/common/subprocess.h"
 #include "coil/backend/cpu/host_compiler.h"
 #include "coil/support/error.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -25,17 +26,7 @@ using coil::CompileOptions;
 using coil::backend::cpu::compile_and_load;
 using coil::backend::cpu::HostCompileResult;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "coil-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using coil::test_support::TempDir;
 
 // y[i] = x[i] * <factor>, as coil emits kernels (COIL_ENTRY).
 std::string scale_source(int factor) {

@@ -1,6 +1,7 @@
 // compile_and_load: compile, load and call generated C++; the disk cache; compiler errors; and
 // the runtime headers as generated kernels see them (-O3 -march=native, vectorized loops).
 #include "coil/backend/cpu/host_compiler.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -27,17 +28,7 @@ namespace fs = std::filesystem;
 using coil::CompileOptions;
 using coil::backend::cpu::compile_and_load;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "coil-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using coil::test_support::TempDir;
 
 const char* kAddSource = R"(
 #include "coil/kernel_prelude.h"

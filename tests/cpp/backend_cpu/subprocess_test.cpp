@@ -1,6 +1,7 @@
 // run_subprocess: no shell, output captured, time limit kills the whole process group, and
 // nothing outlives a parent killed with SIGKILL.
 #include "coil/backend/common/subprocess.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,17 +23,7 @@ using coil::backend::quote_command;
 using coil::backend::run_subprocess;
 using coil::backend::split_words;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "coil-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using coil::test_support::TempDir;
 
 void write_script(const fs::path& p, const std::string& body) {
   std::ofstream(p) << "#!/bin/sh\n" << body;
