@@ -105,7 +105,7 @@ def _peak_mb(device: str, step: Callable[[], Any]) -> float | None:
 class Variant:
     """One compiler's copy of the model and its step."""
 
-    def __init__(self, name: str, model, inputs: tuple, mode: str, dtype, loss_of):
+    def __init__(self, name: str, model, inputs: tuple, mode: str, loss_of):
         import torch
 
         self.name, self.mode, self.loss_of = name, mode, loss_of
@@ -118,7 +118,6 @@ class Variant:
         else:
             self.fn = torch.compile(self.model, backend="coil")
         self.opt = (torch.optim.SGD(self.model.parameters(), lr=1e-4) if mode == "train" else None)
-        self.dtype = dtype
 
     def forward(self):
         import torch
@@ -178,7 +177,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float)
     import coil
 
     coil.reset_report()
-    variants = {n: Variant(n, model, inputs, mode, dtype, dashboard_models.loss_of)
+    variants = {n: Variant(n, model, inputs, mode, dashboard_models.loss_of)
                 for n in COMPILERS}
     # Cold compile: the first call, empty caches (the parent gave this process fresh ones).
     cold = {}
@@ -193,7 +192,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float)
     # Accuracy, on fresh copies of the weights (the steps above moved them).
     ref64 = copy.deepcopy(model).to(torch.float64)
     inputs64 = _cast_inputs(inputs, torch.float64)
-    fp64 = Variant("eager", ref64, inputs64, mode, torch.float64, dashboard_models.loss_of)
+    fp64 = Variant("eager", ref64, inputs64, mode, dashboard_models.loss_of)
     checks = {}
     for n in ("coil", "inductor"):
         variants[n].model.load_state_dict(model.state_dict())
@@ -243,7 +242,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float)
     warm = {}
     for n in ("coil", "inductor"):
         torch._dynamo.reset()
-        v = Variant(n, model, inputs, mode, dtype, dashboard_models.loss_of)
+        v = Variant(n, model, inputs, mode, dashboard_models.loss_of)
         t0 = time.perf_counter()
         v.step()
         _sync(device)

@@ -466,11 +466,7 @@ def _check_mode(mode: str | None) -> None:
     if mode not in KNOWN_MODES:
         raise ValueError(f"coil: unknown torch.compile mode {mode!r}; known: "
                          + ", ".join(KNOWN_MODES))
-    with _lock:
-        first = f"mode:{mode}" not in _warned
-        _warned.add(f"mode:{mode}")
-    if first:
-        log.warning("coil: mode=%r compiles as the default mode does in this version", mode)
+    _warn_once(f"mode={mode!r} compiles as the default mode does in this version")
 
 
 def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
