@@ -49,6 +49,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "kernel_prefix": str,
     "compile_timeout_s": int,
     "cuda_device": int,
+    "cpu_native_convolutions": bool,
 }
 
 

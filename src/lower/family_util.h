@@ -42,6 +42,10 @@ bool on_cuda(const Node& node);
 std::optional<TensorValue> fuse_matmul_epilogue(LoweringContext& ctx, const Node& act,
                                                 loop::MatmulEpilogue epilogue, bool exact_gelu);
 std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
+// A CPU convolution that coil computes itself (1x1 as a product, depthwise as a loop), or
+// nullopt to run it as an extern; `ints` in conv_ints' layout. Defined in conv_native.cpp.
+std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
+                                                      const std::vector<int64_t>& ints);
 
 // aten.copy_(input, value) at the end of a graph: the value stored into the input's own
 // storage (mutation.cpp). lower_graph calls it after the graph's outputs are lowered, with

@@ -418,6 +418,10 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   const size_t rank = input.sizes.size();
   COIL_USER_CHECK(rank >= 3) << "convolution: input must be at least 3-d (batched)";
   DType dt = out_dtype(node);
+  if (rank == 4) {
+    if (auto native = lower_convolution_natively(ctx, node, conv_ints(node, 3, 2)))
+      return {*native};
+  }
   ExternNode e = extern_for(ctx, node, ExternKind::Convolution);
   // The input keeps the graph's layout (channels-last when the front end chose it): cuDNN
   // then runs without transposing it in and the result back.

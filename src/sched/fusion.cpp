@@ -249,6 +249,13 @@ class Fuser {
     if (!o) {
       return "outer ranges " + ranges_str(ctx_, grp.outer) + " vs " + ranges_str(ctx_, n.ranges);
     }
+    if (!cuda_) {
+      for (int m : grp.steps)
+        if (std::string why = strided_inner_loops(std::get<ComputeNode>(p_.steps[m]), *o);
+            !why.empty())
+          return why;
+      if (std::string why = strided_inner_loops(n, *o); !why.empty()) return why;
+    }
     // Cycle: a group that n depends on depends (transitively) on g.
     if (const int a = path_to_group(step_producer_groups(s), g); a >= 0)
       return "would create a cycle through " + groups_[a].name;
@@ -287,6 +294,26 @@ class Fuser {
       }
     }
     *outer = *o;
+    return "";
+  }
+
+  // CPU: why pointwise node `n` would store across memory in a kernel with outer ranges
+  // `outer` (its inner loops run over dims whose store stride is not 1 while the unit-stride
+  // dim is an outer one), or "". A channels-last BatchNorm + activation fused under the
+  // per-channel mean that reads it (squeeze-excitation) ran its inner loops at stride C,
+  // scalar: EfficientNet-B0's worst kernel. Apart, the pointwise part vectorizes over the
+  // channels and the reduction runs as an outer (column) reduction.
+  std::string strided_inner_loops(const ComputeNode& n, const std::vector<sym::Expr>& outer) const {
+    if (n.is_reduction() || n.ranges.size() <= outer.size()) return "";
+    const loop::Buffer& b = p_.buffer(n.out);
+    for (size_t d = 0; d < n.store_index.size() && d < b.strides.size(); ++d) {
+      if (ctx_.as_const(b.strides[d]) != 1 || ctx_.as_const(b.sizes[d]) == 1) continue;
+      for (size_t j = 0; j < outer.size(); ++j) {
+        if (n.store_index[d] != n.index_vars[j]) continue;
+        return b.name + " is unit-stride along outer dim " + std::to_string(j) +
+               ": its inner loops would stride across memory";
+      }
+    }
     return "";
   }
 

@@ -427,8 +427,15 @@ class KernelEmitter {
   // along the reduction (sum over dim 0 of [N, C]: bias gradients). Reducing each output
   // separately would stride through memory; instead a block of adjacent outputs accumulates
   // together, with the vector loop running over the block.
+  // A reduction whose kept last dim is unit-stride in what it reads and whose reduced dims are
+  // not (a channels-last mean over H and W): accumulators for a block of the last dim, the
+  // reduced dims as outer loops. Later members that compute one element per outer point (the
+  // mean's division) run in the block's finishing loop.
   bool is_outer_reduction() {
-    if (nodes_.size() != 1 || k_.outer_ranges.empty()) return false;
+    if (nodes_.empty() || k_.outer_ranges.empty()) return false;
+    for (size_t m = 1; m < nodes_.size(); ++m)
+      if (nodes_[m]->is_reduction() || nodes_[m]->ranges.size() != k_.outer_ranges.size())
+        return false;
     const ComputeNode& n = *nodes_[0];
     if (!n.is_reduction() || n.reduction_vars.empty()) return false;
     if (n.ranges.size() != k_.outer_ranges.size()) return false;
@@ -494,7 +501,9 @@ class KernelEmitter {
     ++indent_;
     line("const int64_t " + xl + " = xb + j;");
     if (ops.nan_flag) line("if (nan_seen[j]) acc[j] = coil::numeric<" + A + ">::nan();");
+    declare_locals();
     emit_store(n, "acc[j]");
+    for (size_t m = 1; m < nodes_.size(); ++m) emit_member(m);
     close();
     close();
     for (size_t j = 0; j + 1 < k; ++j) close();
