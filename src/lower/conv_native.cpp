@@ -133,7 +133,7 @@ std::optional<TensorValue> pointwise_conv(LoweringContext& ctx, const Node& node
   // Channels-last (or a single pixel): rows are pixels, C contiguous, rows evenly spaced.
   const bool rows_ok = unit(pixels) || (c.provably_eq(st[2], c.mul(st[3], OW)) &&
                                         c.provably_eq(st[0], c.mul(st[2], OH)));
-  if ((unit(st[1]) || unit(C)) && rows_ok && channels_last) {
+  if ((unit(st[1]) || unit(C)) && rows_ok && (channels_last || unit(pixels))) {
     const Expr row = unit(pixels) ? st[0] : st[3];
     TensorValue a =
         ctx.window(xs.base, dt, Device::CPU, {c.mul(N, pixels), C}, {row, c.one()}, xs.offset);

@@ -426,5 +426,55 @@ TEST(EmitCpp, PointwiseProducerIntoReduction) {
   expect_matches_interpreter(b.p, in, run);
 }
 
+// Squeeze-excitation's mean over a channels-last activation: the pointwise producer (stored
+// NHWC) is not fused under the [N, C] reduction, where its inner loops would run over H and W
+// at stride C; the reduction becomes an outer (column) reduction vectorized over the
+// channels, and the mean's division runs in its finishing loop.
+TEST(EmitCpp, ChannelsLastMeanIsAColumnReductionWithItsFinish) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  const int64_t N = 2, C = 24, H = 5, W = 7;
+  Expr n = b.c(N), c = b.c(C), h = b.c(H), w = b.c(W);
+  auto x = b.input(f, {n, c, h, w});
+  b.p.buffers[x].strides = {b.c(H * W * C), b.c(1), b.c(W * C), b.c(C)};
+  auto act = b.buffer(f, {n, c, h, w});
+  b.p.buffers[act].strides = b.p.buffers[x].strides;
+  b.node(act, {n, c, h, w}, {nullptr, nullptr, nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           InstrId v = bb.load(x, f, {i[0], i[1], i[2], i[3]});
+           return bb.op(InstrKind::Mul, f, v, bb.op(InstrKind::Sigmoid, f, v));
+         });
+  auto sum = b.buffer(f, {n, c});
+  b.node(sum, {n, c}, {nullptr, nullptr}, ReduceKind::Sum, {h, w},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.load(act, f, {i[0], i[1], r[0], r[1]});
+         });
+  auto mean = b.buffer(f, {n, c});
+  b.node(mean, {n, c}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           return bb.op(InstrKind::Div, f, bb.load(sum, f, {i[0], i[1]}),
+                        bb.constant(double(H * W), f));
+         });
+  b.p.outputs = {act, mean};
+  auto in = std::vector<HostTensor>{
+      random_tensor(f, {N, C, H, W}, 21).as_strided({N, C, H, W}, {H * W * C, 1, W * C, C}, 0)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  const std::string& log = run.schedule.fusion_log;
+  EXPECT_NE(log.find("is unit-stride along outer dim 1"), std::string::npos) << log;
+  ASSERT_EQ(run.schedule.kernels.size(), 2u) << log;
+  EXPECT_EQ(run.schedule.kernels[1].steps.size(), 2u) << log;  // the sum and the division
+  EXPECT_NE(run.source.code.find("acc[j] += "), std::string::npos) << run.source.code;
+  expect_matches_interpreter(b.p, in, run);
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(run.source.code);
+  ASSERT_EQ(loops.size(), 2u) << run.source.code;  // the activation over C, the column sum
+  for (auto l : loops)
+    EXPECT_TRUE(span_vectorized(vec, l)) << "loop at line " << l.first << " not vectorized\n"
+                                         << run.source.code << "\n"
+                                         << run.log;
+}
+
 }  // namespace
 }  // namespace coil::testing

@@ -1,0 +1,161 @@
+// CPU convolutions that coil computes itself (src/lower/conv_native.cpp): 1x1 convolutions as
+// products on the input's memory and depthwise convolutions as pointwise loops, against a
+// brute-force convolution, through the reference interpreter. Dense KxK convolutions stay
+// externs.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coil/lower/lowering.h"
+#include "family_test_util.h"
+
+namespace coil::lower::testing {
+namespace {
+
+using loop::ExternKind;
+using loop::ExternNode;
+
+std::vector<ExternKind> extern_kinds(const Lowered& l) {
+  std::vector<ExternKind> out;
+  for (const auto& s : l.result.program.steps)
+    if (auto* e = std::get_if<ExternNode>(&s)) out.push_back(e->kind);
+  return out;
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, o, k, stride, pad, dil, groups;
+  bool bias, channels_last;
+};
+
+int64_t out_dim(int64_t in, const ConvCase& p) {
+  return (in + 2 * p.pad - p.dil * (p.k - 1) - 1) / p.stride + 1;
+}
+
+// out[n][o][y][x] = bias[o] + sum over the group's channels and the window, row-major.
+std::vector<double> conv_ref(const ConvCase& p, const std::vector<double>& x,
+                             const std::vector<double>& w, const std::vector<double>& b) {
+  const int64_t oh = out_dim(p.h, p), ow = out_dim(p.w, p);
+  const int64_t cg = p.c / p.groups, og = p.o / p.groups;
+  std::vector<double> out;
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t o = 0; o < p.o; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          double s = p.bias ? b[o] : 0.0;
+          const int64_t g = o / og;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t ky = 0; ky < p.k; ++ky)
+              for (int64_t kx = 0; kx < p.k; ++kx) {
+                const int64_t iy = y * p.stride + ky * p.dil - p.pad;
+                const int64_t ix = xx * p.stride + kx * p.dil - p.pad;
+                if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;
+                const int64_t c = g * cg + ci;
+                s += x[((n * p.c + c) * p.h + iy) * p.w + ix] *
+                     w[((o * cg + ci) * p.k + ky) * p.k + kx];
+              }
+          out.push_back(s);
+        }
+  return out;
+}
+
+std::string dims(const std::vector<int64_t>& d, bool channels_last) {
+  std::string s = "[";
+  for (size_t k = 0; k < d.size(); ++k) s += (k ? ", " : "") + std::to_string(d[k]);
+  s += "]";
+  if (channels_last) {
+    const int64_t c = d[1], h = d[2], w = d[3];
+    s += "{" + std::to_string(h * w * c) + ", 1, " + std::to_string(w * c) + ", " +
+         std::to_string(c) + "}";
+  }
+  return s;
+}
+
+// Lowers the case, checks which externs it became, and compares the interpreter's result.
+void check_case(const ConvCase& p, std::vector<ExternKind> want_externs) {
+  const int64_t oh = out_dim(p.h, p), ow = out_dim(p.w, p);
+  const std::vector<int64_t> xs{p.n, p.c, p.h, p.w}, ws{p.o, p.c / p.groups, p.k, p.k},
+      os{p.n, p.o, oh, ow};
+  const std::string text =
+      "graph(%0: f32" + dims(xs, p.channels_last) + ", %1: f32" + dims(ws, false) + ", %2: f32[" +
+      std::to_string(p.o) + "]):\n  %3: f32" + dims(os, p.channels_last) +
+      " = aten.convolution.default(%0, %1, " + (p.bias ? "%2" : "None") + ", [" +
+      std::to_string(p.stride) + ", " + std::to_string(p.stride) + "], [" + std::to_string(p.pad) +
+      ", " + std::to_string(p.pad) + "], [" + std::to_string(p.dil) + ", " + std::to_string(p.dil) +
+      "], false, [0, 0], " + std::to_string(p.groups) + ")\n  return (%3)\n";
+  SCOPED_TRACE(text);
+  Lowered l = lower_text(text);
+  EXPECT_EQ(extern_kinds(l), want_externs);
+  // (The interpreter runs no convolution extern: ATen's result is tested from Python.)
+  if (!want_externs.empty() && want_externs[0] == ExternKind::Convolution) return;
+  const auto x = as_f32(random_values(product(xs), 1)), w = as_f32(random_values(product(ws), 2)),
+             b = as_f32(random_values(p.o, 3));
+  HostTensor xt = HostTensor::from_doubles(DType::Float32, xs, x);
+  if (p.channels_last) {
+    // The same logical values stored NHWC.
+    HostTensor cl = HostTensor::zeros(DType::Float32, {p.n, p.h, p.w, p.c});
+    cl = cl.as_strided(xs, {p.h * p.w * p.c, 1, p.w * p.c, p.c}, 0);
+    for (int64_t i = 0; i < product(xs); ++i) cl.set(unravel(xs, i), x[i]);
+    xt = cl;
+  }
+  auto out =
+      loop::interpret(l.result.program, {xt, HostTensor::from_doubles(DType::Float32, ws, w),
+                                         HostTensor::from_doubles(DType::Float32, {p.o}, b)});
+  ASSERT_EQ(out.size(), 1u);
+  expect_close(out[0], os, conv_ref(p, x, w, b), 1e-4, 1e-4);
+}
+
+TEST(ConvNative, PointwiseChannelsLastIsOneProduct) {
+  check_case({2, 8, 5, 6, 12, 1, 1, 0, 1, 1, true, true}, {ExternKind::Mm});
+  check_case({2, 8, 5, 6, 12, 1, 1, 0, 1, 1, false, true}, {ExternKind::Mm});
+}
+
+TEST(ConvNative, PointwiseContiguousIsABatchedProduct) {
+  check_case({2, 8, 5, 6, 12, 1, 1, 0, 1, 1, true, false}, {ExternKind::Bmm});
+}
+
+TEST(ConvNative, StridedPointwiseGathersItsPixels) {
+  check_case({2, 8, 7, 9, 4, 1, 2, 0, 1, 1, true, true}, {ExternKind::Mm});
+  check_case({2, 8, 7, 9, 4, 1, 2, 0, 1, 1, false, false}, {ExternKind::Bmm});
+}
+
+// Squeeze-excitation's convolutions over a 1x1 image: the same product in either layout.
+TEST(ConvNative, SinglePixelPointwise) {
+  check_case({3, 16, 1, 1, 4, 1, 1, 0, 1, 1, true, false}, {ExternKind::Mm});
+  check_case({3, 16, 1, 1, 4, 1, 1, 0, 1, 1, true, true}, {ExternKind::Mm});
+}
+
+TEST(ConvNative, DepthwiseIsALoop) {
+  check_case({2, 6, 7, 8, 6, 3, 1, 1, 1, 6, true, true}, {});
+  check_case({2, 6, 7, 8, 6, 3, 2, 1, 1, 6, false, true}, {});
+  check_case({2, 6, 9, 9, 6, 5, 1, 2, 1, 6, true, false}, {});
+  check_case({1, 4, 10, 10, 4, 7, 1, 3, 1, 4, true, true}, {});
+}
+
+TEST(ConvNative, DepthwiseWithDilationAndChannelMultiplier) {
+  check_case({2, 4, 9, 9, 8, 3, 1, 2, 2, 4, true, true}, {});
+  check_case({2, 3, 6, 6, 6, 3, 2, 0, 1, 3, false, false}, {});
+}
+
+TEST(ConvNative, DenseAndGroupedConvolutionsStayExterns) {
+  check_case({2, 4, 6, 6, 6, 3, 1, 1, 1, 1, true, true}, {ExternKind::Convolution});
+  check_case({2, 4, 6, 6, 6, 3, 1, 1, 1, 2, true, false}, {ExternKind::Convolution});
+  // A padded 1x1 convolution is not a product of the input's pixels.
+  check_case({2, 4, 5, 5, 6, 1, 1, 1, 1, 1, false, true}, {ExternKind::Convolution});
+}
+
+TEST(ConvNative, OptionOffKeepsTheExtern) {
+  const std::string text = R"(graph(%0: f32[2, 4, 5, 5], %1: f32[4, 1, 3, 3]):
+  %2: f32[2, 4, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 4)
+  return (%2)
+)";
+  Lowered l;
+  l.graph = parse_graph(text, *l.ctx);
+  CompileOptions options;
+  options.cpu_native_convolutions = false;
+  l.result = lower_graph(*l.graph, options);
+  EXPECT_EQ(extern_kinds(l), std::vector<ExternKind>{ExternKind::Convolution});
+}
+
+}  // namespace
+}  // namespace coil::lower::testing

@@ -1,0 +1,88 @@
+"""CPU convolutions coil computes itself (src/lower/conv_native.cpp): 1x1 convolutions become
+matrix products on the input's memory and depthwise convolutions generated loops, so no
+convolution goes back into Python; results match eager in both layouts, for inference and
+for a training step (whose backward still runs convolution_backward in ATen)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+import coil  # noqa: E402, F401
+
+# (in, out, kernel, stride, padding, dilation, groups, bias, image size)
+CASES = [
+    (16, 24, 1, 1, 0, 1, 1, True, 8),     # pointwise
+    (16, 24, 1, 2, 0, 1, 1, False, 9),    # strided pointwise (a downsampling shortcut)
+    (16, 8, 1, 1, 0, 1, 1, True, 1),      # squeeze-excitation over one pixel
+    (16, 16, 3, 1, 1, 1, 16, False, 8),   # depthwise 3x3
+    (16, 16, 3, 2, 1, 1, 16, True, 9),    # depthwise, strided
+    (16, 16, 5, 1, 2, 1, 16, True, 7),    # depthwise 5x5 (EfficientNet)
+    (8, 8, 7, 1, 3, 1, 8, True, 10),      # depthwise 7x7 (ConvNeXt)
+    (8, 16, 3, 1, 2, 2, 8, False, 9),     # depthwise, dilated, two outputs per channel
+]
+
+
+def _schedules(tmp_path) -> str:
+    return "\n".join(p.read_text() for p in tmp_path.glob("*/03_schedule.txt"))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_inference_matches_eager_without_an_extern_convolution(tmp_path, case, channels_last):
+    cin, cout, k, s, p, d, g, bias, hw = case
+    torch.manual_seed(0)
+    conv = nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=bias).eval()
+    bn = nn.BatchNorm2d(cout).eval()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+
+    def f(x):
+        return F.silu(bn(conv(x)))
+
+    x = torch.randn(2, cin, hw, hw)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="coil",
+                             options={"strict": True, "debug_dir": str(tmp_path)})
+    with torch.no_grad():
+        got, want = compiled(x), f(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert got.stride() == want.stride()
+    assert "extern convolution" not in _schedules(tmp_path)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], CASES[7]],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_training_step_matches_eager(case):
+    cin, cout, k, s, p, d, g, bias, hw = case
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g,
+                                    bias=bias), nn.BatchNorm2d(cout), nn.ReLU())
+    x = torch.randn(2, cin, hw, hw)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="coil", options={"strict": True})
+    compiled(x).square().mean().backward()
+    grads = [q.grad for q in model.parameters()]
+    for q in model.parameters():
+        q.grad = None
+    model(x).square().mean().backward()
+    for got, q in zip(grads, model.parameters()):
+        torch.testing.assert_close(got, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_option_off_keeps_the_extern(tmp_path):
+    conv = nn.Conv2d(8, 8, 3, padding=1, groups=8).eval()
+    x = torch.randn(1, 8, 6, 6)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="coil",
+                             options={"cpu_native_convolutions": False,
+                                      "debug_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), conv(x))
+    assert "extern convolution" in _schedules(tmp_path)
