@@ -176,37 +176,60 @@ std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node
     return std::nullopt;
   if (*KH * *KW > kMaxDepthwiseTaps) return std::nullopt;
   const int64_t mult = *O / *C;  // output channels per input channel
-  // The input is read KH*KW times per output: computed once, in the graph's layout.
-  TensorValue x = ctx.realize_like(cast_value(ctx, input, dt), input_meta);
+  // The input is read KH*KW times per output: computed once, in the graph's layout, into a
+  // zero-padded buffer. The window's loads are then unmasked: with a mask per tap (9 of them
+  // for 3x3) g++ unswitched the channel loop on each and vectorized none of it (MobileNetV2's
+  // 144-channel 3x3 ran at 1.2 GFLOP/s); the padding copy has one mask, invariant in the
+  // channel loop.
+  const Expr N = input.sizes[0], Cx = input.sizes[1], H = input.sizes[2], W = input.sizes[3];
+  const int64_t ph = p.padding[0], pw = p.padding[1];
+  TensorValue x = cast_value(ctx, input, dt);
+  const Expr Hp = c.add(H, c.constant(2 * ph)), Wp = c.add(W, c.constant(2 * pw));
+  if (ph > 0 || pw > 0) {
+    sym::Context* cx = &c;
+    TensorValue src = x;
+    TensorValue padded = ctx.pointwise(
+        dt, {N, Cx, Hp, Wp},
+        [src, ph, pw, H, W, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+          sym::Context& c = *cx;
+          const Expr ih = c.sub(i[2], c.constant(ph)), iw = c.sub(i[3], c.constant(pw));
+          const Expr ok =
+              c.mul(c.mul(c.le(c.zero(), ih), c.lt(ih, H)), c.mul(c.le(c.zero(), iw), c.lt(iw, W)));
+          return load_or(b, c, src, {i[0], i[1], ih, iw}, ok,
+                         b.constant(0, dtype_compute(src.dtype)));
+        },
+        src.inline_cost + 4, src.inline_reads);
+    std::vector<Expr> strides =
+        is_channels_last_meta(c, input_meta)
+            ? std::vector<Expr>{c.mul(c.mul(Hp, Wp), Cx), c.one(), c.mul(Wp, Cx), Cx}
+            : contiguous_strides(c, padded.sizes);
+    x = ctx.realize_with_strides(padded, strides);
+  } else {
+    x = ctx.realize_like(x, input_meta);
+  }
   // The weight as [KH, KW, O]: the channel index is unit-stride.
   TensorValue w = cast_value(ctx, weight, dt);
   w = ctx.realize_with_strides(w, {c.one(), c.one(), c.constant(*KW * *O), c.constant(*O)});
-  const Expr H = x.sizes[2], W = x.sizes[3];
   const DType acc = dtype_compute(dt);
   sym::Context* cx = &c;
-  Loader wl = w.load;
+  Loader wl = w.load, xl = x.load;
   const int64_t kh_n = *KH, kw_n = *KW;
-  auto body = [wl, p, H, W, kh_n, kw_n, mult, acc, x, cx](BodyBuilder& b,
-                                                          const std::vector<Expr>& i) {
+  auto body = [wl, xl, p, kh_n, kw_n, mult, acc, cx](BodyBuilder& b, const std::vector<Expr>& i) {
     sym::Context& c = *cx;
     const Expr ci = mult == 1 ? i[1] : c.floordiv(i[1], c.constant(mult));
     InstrId sum = -1;
     for (int64_t kh = 0; kh < kh_n; ++kh) {
       for (int64_t kw = 0; kw < kw_n; ++kw) {
-        Expr ih = c.add(c.mul(i[2], c.constant(p.stride[0])),
-                        c.constant(kh * p.dilation[0] - p.padding[0]));
-        Expr iw = c.add(c.mul(i[3], c.constant(p.stride[1])),
-                        c.constant(kw * p.dilation[1] - p.padding[1]));
-        Expr ok =
-            c.mul(c.mul(c.le(c.zero(), ih), c.lt(ih, H)), c.mul(c.le(c.zero(), iw), c.lt(iw, W)));
-        if (c.as_const(ok) == 0) continue;
-        InstrId xv = b.cast(load_or(b, c, x, {i[0], ci, ih, iw}, ok, b.constant(0, acc)), acc);
+        // Positions in the padded input.
+        Expr ih = c.add(c.mul(i[2], c.constant(p.stride[0])), c.constant(kh * p.dilation[0]));
+        Expr iw = c.add(c.mul(i[3], c.constant(p.stride[1])), c.constant(kw * p.dilation[1]));
+        InstrId xv = b.cast(xl(b, {i[0], ci, ih, iw}), acc);
         InstrId wv = b.cast(wl(b, {i[1], c.zero(), c.constant(kh), c.constant(kw)}), acc);
         InstrId prod = b.op(InstrKind::Mul, acc, xv, wv);
         sum = sum < 0 ? prod : b.op(InstrKind::Add, acc, sum, prod);
       }
     }
-    return sum < 0 ? b.constant(0, acc) : sum;
+    return sum;
   };
   const int taps = static_cast<int>(kh_n * kw_n);
   return ctx.pointwise(dt, node.output(0)->meta().sizes, body, 4 * taps, 2 * taps);

@@ -476,5 +476,42 @@ TEST(EmitCpp, ChannelsLastMeanIsAColumnReductionWithItsFinish) {
                                          << run.log;
 }
 
+// A zero-padded channels-last copy (a depthwise convolution's input): the mask depends on the
+// pixel, not on the channel, so the channel loop is emitted twice under `if (mask)`, once
+// reading and once writing zeros, and both copies vectorize (g++ vectorizes no loop with a
+// masked load whose mask is loop-invariant).
+TEST(EmitCpp, RowInvariantMaskUnswitchesTheSimdLoop) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  const int64_t N = 2, C = 40, H = 5, W = 6;
+  auto& c = b.ctx();
+  auto x = b.input(f, {b.c(N), b.c(C), b.c(H), b.c(W)});
+  b.p.buffers[x].strides = {b.c(H * W * C), b.c(1), b.c(W * C), b.c(C)};
+  auto pad = b.buffer(f, {b.c(N), b.c(C), b.c(H + 2), b.c(W + 2)});
+  b.p.buffers[pad].strides = {b.c((H + 2) * (W + 2) * C), b.c(1), b.c((W + 2) * C), b.c(C)};
+  b.node(pad, {b.c(N), b.c(C), b.c(H + 2), b.c(W + 2)}, {nullptr, nullptr, nullptr, nullptr},
+         ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+           Expr ih = c.sub(i[2], c.one()), iw = c.sub(i[3], c.one());
+           Expr ok = c.mul(c.mul(c.le(c.zero(), ih), c.lt(ih, b.c(H))),
+                           c.mul(c.le(c.zero(), iw), c.lt(iw, b.c(W))));
+           InstrId m = bb.cast(bb.index_expr(ok, DType::Int64), DType::Bool);
+           InstrId v = bb.load(x, f, {i[0], i[1], ih, iw}, m);
+           return bb.op(InstrKind::Where, f, m, v, bb.constant(0.0, f));
+         });
+  b.p.outputs = {pad};
+  auto in = std::vector<HostTensor>{
+      random_tensor(f, {N, C, H, W}, 5).as_strided({N, C, H, W}, {H * W * C, 1, W * C, C}, 0)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  EXPECT_NE(run.source.code.find("} else {"), std::string::npos) << run.source.code;
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(run.source.code);
+  ASSERT_EQ(loops.size(), 2u) << run.source.code;
+  // The copy vectorizes (the zero-filling one may become a memset instead).
+  EXPECT_TRUE(span_vectorized(vec, loops[0])) << run.source.code << "\n" << run.log;
+}
+
 }  // namespace
 }  // namespace coil::testing
