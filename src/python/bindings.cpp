@@ -22,6 +22,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/compiled_graph.h"
+#include "coil/runtime/extern_kernels.h"
 #include "coil/runtime/program.h"
 #include "coil/support/error.h"
 #include "coil/support/options.h"
@@ -441,4 +442,6 @@ NB_MODULE(_coil, m) {
     return d;
   });
   m.def("empty_cache", [] { runtime::Allocator::global().empty_cache(); });
+  // Whether the CPU products can run PyTorch's MKL (options.cpu_gemm; gemm_libraries.h).
+  m.def("mkl_gemm_available", [] { return runtime::kernels::mkl_gemm_available(); });
 }

@@ -11,6 +11,7 @@
 
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/compiled_graph.h"
+#include "coil/runtime/extern_kernels.h"
 #include "coil/support/error.h"
 
 namespace coil::runtime::detail {
@@ -204,6 +205,6 @@ struct Scratch {
 
 // One 2-d GEMM on views: out = alpha * a @ b (+ out if accumulate). Any dtype (extern_blas.cpp).
 void gemm2d(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor& out, double alpha,
-            bool accumulate);
+            bool accumulate, kernels::GemmPolicy policy = kernels::GemmPolicy::OpenBlas);
 
 }  // namespace coil::runtime::detail

@@ -7,9 +7,7 @@
 #include "coil/runtime/extern_kernels.h"
 #include "element.h"
 
-#ifdef COIL_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
+#include "gemm_libraries.h"
 
 namespace coil::runtime::kernels {
 
@@ -110,26 +108,11 @@ void gemm_naive(int64_t M, int64_t N, int64_t K, Mat<T> A, Mat<T> B, T* C, int64
   }
 }
 
-#ifdef COIL_HAVE_OPENBLAS
-template <typename T>
-void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T* A,
-               int64_t lda, const T* B, int64_t ldb, double beta, T* C, int64_t ldc) {
-  auto tra = ta ? CblasTrans : CblasNoTrans;
-  auto trb = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, tra, trb, M, N, K, static_cast<float>(alpha), A, lda, B, ldb,
-                static_cast<float>(beta), C, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, tra, trb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  }
-}
-#endif
-
 // C = alpha * A @ B (+ C if accumulate) for float/double, through BLAS when linked, with
 // operands copied to contiguous scratch when BLAS cannot read their strides.
 template <typename T>
 void gemm_float(int64_t M, int64_t N, int64_t K, Mat<T> A, Mat<T> B, T* C, int64_t c0, int64_t c1,
-                double alpha, bool accumulate) {
+                double alpha, bool accumulate, GemmPolicy policy) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (!accumulate)
@@ -164,8 +147,8 @@ void gemm_float(int64_t M, int64_t N, int64_t K, Mat<T> A, Mat<T> B, T* C, int64
   bool c_direct = (N == 1 || c1 == 1) && (M == 1 || c0 >= N);
   if (c_direct) {
     int64_t ldc = M == 1 ? N : c0;
-    blas_gemm<T>(la->trans, lb->trans, M, N, K, alpha, A.data, la->ld, B.data, lb->ld,
-                 accumulate ? 1.0 : 0.0, C, std::max<int64_t>(ldc, 1));
+    gemm<T>(policy, la->trans, lb->trans, M, N, K, alpha, A.data, la->ld, B.data, lb->ld,
+            accumulate ? 1.0 : 0.0, C, std::max<int64_t>(ldc, 1));
     return;
   }
   kc.emplace(dt, std::vector<int64_t>{M, N});
@@ -175,10 +158,11 @@ void gemm_float(int64_t M, int64_t N, int64_t K, Mat<T> A, Mat<T> B, T* C, int64
   cview.sizes = {M, N};
   cview.strides = {c0, c1};
   if (accumulate) copy(cview, kc->t);
-  blas_gemm<T>(la->trans, lb->trans, M, N, K, alpha, A.data, la->ld, B.data, lb->ld,
-               accumulate ? 1.0 : 0.0, static_cast<T*>(kc->t.data), N);
+  gemm<T>(policy, la->trans, lb->trans, M, N, K, alpha, A.data, la->ld, B.data, lb->ld,
+          accumulate ? 1.0 : 0.0, static_cast<T*>(kc->t.data), N);
   copy(kc->t, cview);
 #else
+  (void)policy;
   gemm_naive<T>(M, N, K, A, B, C, c0, c1, alpha, accumulate);
 #endif
 }
@@ -186,7 +170,7 @@ void gemm_float(int64_t M, int64_t N, int64_t K, Mat<T> A, Mat<T> B, T* C, int64
 }  // namespace
 
 void gemm2d(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor& out, double alpha,
-            bool accumulate) {
+            bool accumulate, GemmPolicy policy) {
   int64_t M = a.sizes[0], K = a.sizes[1], N = b.sizes[1];
   DType dt = out.dtype;
   if (dt == DType::Float32 || dt == DType::Float64) {
@@ -195,7 +179,8 @@ void gemm2d(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         gemm_float<T>(M, N, K, Mat<T>{static_cast<const T*>(a.data), a.strides[0], a.strides[1]},
                       Mat<T>{static_cast<const T*>(b.data), b.strides[0], b.strides[1]},
-                      static_cast<T*>(out.data), out.strides[0], out.strides[1], alpha, accumulate);
+                      static_cast<T*>(out.data), out.strides[0], out.strides[1], alpha, accumulate,
+                      policy);
       }
     });
     return;
@@ -208,7 +193,7 @@ void gemm2d(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
     if (accumulate) copy(out, fc.t);
     gemm_float<float>(M, N, K, Mat<float>{static_cast<const float*>(fa.t.data), K, 1},
                       Mat<float>{static_cast<const float*>(fb.t.data), N, 1},
-                      static_cast<float*>(fc.t.data), N, 1, alpha, accumulate);
+                      static_cast<float*>(fc.t.data), N, 1, alpha, accumulate, policy);
     copy(fc.t, out);
     return;
   }
@@ -240,7 +225,7 @@ RuntimeTensor slice0(const RuntimeTensor& t, int64_t i) {
 }  // namespace
 
 void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor& out,
-            const RuntimeTensor* bias, double beta, double alpha) {
+            const RuntimeTensor* bias, double beta, double alpha, GemmPolicy policy) {
   size_t rank = a.sizes.size();
   COIL_USER_CHECK((rank == 2 || rank == 3) && b.sizes.size() == rank && out.sizes.size() == rank)
       << "matmul: expected 2-d or 3-d operands";
@@ -278,7 +263,7 @@ void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
     accumulate = true;
   }
   if (rank == 2) {
-    gemm2d(a, b, out, alpha, accumulate);
+    gemm2d(a, b, out, alpha, accumulate, policy);
   } else {
     // Attention's batched products are many small GEMMs: one per thread (OpenMP OpenBLAS runs
     // single-threaded inside a parallel region) instead of threading each tiny product.
@@ -291,10 +276,10 @@ void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor&
     if (per_thread) {
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < batch; ++i)
-        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
+        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate, policy);
     } else {
       for (int64_t i = 0; i < batch; ++i)
-        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate);
+        gemm2d(slice0(a, i), slice0(b, i), slice0(out, i), alpha, accumulate, policy);
     }
   }
 }

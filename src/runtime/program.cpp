@@ -18,6 +18,7 @@
 #include "cuda_conv.h"
 #include "cuda_steps.h"
 #include "element.h"
+#include "gemm_libraries.h"
 #include "program_impl.h"
 #include "size_expr.h"
 
@@ -239,6 +240,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   const std::string provider = options.extern_provider;
   COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library")
       << "extern_provider must be auto, host or library, got '" << provider << "'";
+  const kernels::GemmPolicy gemm_policy = detail::parse_gemm_policy(options.cpu_gemm.c_str());
   for (size_t i = 0; i < schedule.order.size(); ++i) {
     for (int s : mem.alloc_before[i]) m.steps.push_back({StepOp::Alloc, s});
     const auto& st = schedule.order[i];
@@ -345,6 +347,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         }
       }
       call.host_ok = host_ok;
+      call.gemm = gemm_policy;
       COIL_USER_CHECK(library_ok || host_ok)
           << "cannot run " << loop::extern_kind_name(node->kind) << " node (" << node->op
           << "): no library kernel for it and no host fallback function";

@@ -163,12 +163,12 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   switch (call.kind) {
     case ExternKind::Mm:
     case ExternKind::Bmm:
-      kernels::matmul(ins[0], ins[1], outs[0]);
+      kernels::matmul(ins[0], ins[1], outs[0], nullptr, 0.0, 1.0, call.gemm);
       return;
     case ExternKind::Addmm: {
       double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
       double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
-      kernels::matmul(ins[1], ins[2], outs[0], &ins[0], beta, alpha);
+      kernels::matmul(ins[1], ins[2], outs[0], &ins[0], beta, alpha, call.gemm);
       return;
     }
     case ExternKind::Convolution:

@@ -70,6 +70,7 @@ struct ExternCall {
   std::string op;
   std::vector<bool> adoptable;  // per output: its storage holds only it (and its views)
   bool host_ok = false;         // the host can run it (library paths may defer to it)
+  kernels::GemmPolicy gemm = kernels::GemmPolicy::Auto;  // CPU products (options.cpu_gemm)
 };
 
 struct StepOp {

@@ -37,10 +37,17 @@ int64_t numel(const RuntimeTensor& t);
 // dst = src elementwise (same sizes; dtypes may differ: converted).
 void copy(const RuntimeTensor& src, const RuntimeTensor& dst);
 
+// Which CPU GEMM library runs a float/double product (src/runtime/gemm_libraries.h): Auto
+// measures OpenBLAS against PyTorch's MKL (when in the process) per shape, once.
+enum class GemmPolicy : uint8_t { Auto, OpenBlas, Mkl };
+// Whether PyTorch's MKL GEMM is in the process (GemmPolicy::Mkl otherwise runs OpenBLAS).
+bool mkl_gemm_available();
+
 // out = beta * bias + alpha * (a @ b) for 2-d (mm) or 3-d (bmm) a, b. With bias == nullptr
 // (or beta == 0, as in PyTorch: the bias is then not read) out = alpha * (a @ b).
 void matmul(const RuntimeTensor& a, const RuntimeTensor& b, const RuntimeTensor& out,
-            const RuntimeTensor* bias = nullptr, double beta = 0.0, double alpha = 1.0);
+            const RuntimeTensor* bias = nullptr, double beta = 0.0, double alpha = 1.0,
+            GemmPolicy policy = GemmPolicy::OpenBlas);
 
 struct ConvParams {
   std::vector<int64_t> stride, padding, dilation, output_padding;
