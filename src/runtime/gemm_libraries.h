@@ -25,8 +25,8 @@ GemmPolicy parse_gemm_policy(const char* name);
 
 // Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C (op: transposed when ta/tb),
 // with the library `policy` names (Auto: the measured choice for this shape). T is float or
-// double. Inside an OpenMP parallel region OpenBLAS runs (MKL's threads belong to another
-// OpenMP runtime and would oversubscribe the cores) and nothing is measured.
+// double. Inside an OpenMP parallel region (batched products, one per thread) OpenBLAS runs
+// and nothing is measured: a timing there would include the other threads' work.
 template <typename T>
 void gemm(GemmPolicy policy, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
           const T* A, int64_t lda, const T* B, int64_t ldb, double beta, T* C, int64_t ldc);
