@@ -329,16 +329,14 @@ class InputRelease:
         self.done = True
 
 
-def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions, kind: str,
-              on_cuda: bool) -> str:
-    """Channels-last activations (layout.py): inference graphs on any device; forward and
-    backward graphs of CUDA training, whose saved activations travel channels-last."""
+def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,
+              kind: str) -> str:
+    """Channels-last activations (layout.py): inference graphs, and forward and backward
+    graphs of training, whose saved activations travel channels-last, on any device."""
     if not options.channels_last:
         return ""
     if kind == "inference":
         return channels_last_convolutions(gm)
-    if not on_cuda:
-        return ""
     if kind == "forward":
         seen = forward_outputs_seen()
         if seen is None:
@@ -369,7 +367,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             counts = collections.Counter(merged)
             dump.note(f"cse: {len(merged)} node(s) merged into identical earlier ones ("
                       + ", ".join(f"{t} x{c}" for t, c in counts.most_common()) + ")")
-        note = _relayout(gm, example_inputs, options, kind, on_cuda)
+        note = _relayout(gm, example_inputs, options, kind)
         if note:
             log.debug("coil: %s: %s", name, note)
             dump.note(note)

@@ -105,8 +105,8 @@ class CoilOptions:
     debug: bool = False
     debug_dir: str = "coil_debug"
     cache_dir: str = ""
-    # Graphs with convolutions run their activations channels-last (layout.py): inference
-    # graphs everywhere, training graphs on CUDA.
+    # Graphs with convolutions run their activations channels-last (layout.py): inference and
+    # training graphs, on every device.
     channels_last: bool = True
     # Identical nodes of each graph are merged before export (cse.py).
     cse: bool = True

@@ -14,7 +14,14 @@
 //    (channel) index of a channels-last output is unit-stride in every load, and the
 //    BatchNorm and activation that follow fuse into the loop.
 //
+// Their convolution_backward nodes (in training graphs) follow the same split: a 1x1
+// convolution's gradients are products (stride 1), a depthwise one's input gradient is a
+// depthwise loop over the gradient spread out by the stride and padded, its weight gradient a
+// reduction per (tap, channel) with the channel last, so that channels-last data reduces as
+// vectorized columns.
+//
 // Everything else (dense KxK convolutions, transposed ones, the GPU) stays an extern.
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -163,6 +170,48 @@ std::optional<TensorValue> pointwise_conv(LoweringContext& ctx, const Node& node
   return std::nullopt;
 }
 
+// --- zero-spread copies
+
+// A realized [N, C, OH, OW] copy of 4-d `v` (channels-last when `channels_last`) whose element
+// (y, x) is v[(y - off_h) / s_h, (x - off_w) / s_w] where that is a whole in-range position,
+// else 0: a zero-padded copy (s = 1, off = padding), or a gradient spread out for a strided
+// convolution's input gradient. One mask, the same along the channels (so the channel loop is
+// unswitched on it: emit_cpp.cpp).
+TensorValue spread_copy(LoweringContext& ctx, const TensorValue& v, Expr OH, Expr OW, int64_t off_h,
+                        int64_t off_w, int64_t s_h, int64_t s_w, bool channels_last) {
+  sym::Context& c = ctx.ctx();
+  sym::Context* cx = &c;
+  const Expr N = v.sizes[0], C = v.sizes[1], H = v.sizes[2], W = v.sizes[3];
+  TensorValue src = v;
+  auto source = [cx](Expr y, int64_t off, int64_t s, Expr extent, Expr* at) {
+    sym::Context& c = *cx;
+    const Expr t = c.sub(y, c.constant(off));
+    Expr ok = c.le(c.zero(), t);
+    if (s == 1) {
+      *at = t;
+    } else {
+      // t >= 0 wherever the mask holds, so floor division and remainder are exact there.
+      ok = c.mul(ok, c.eq(c.mod(t, c.constant(s)), c.zero()));
+      *at = c.floordiv(t, c.constant(s));
+    }
+    return c.mul(ok, c.lt(*at, extent));
+  };
+  TensorValue spread = ctx.pointwise(
+      v.dtype, {N, C, OH, OW},
+      [src, off_h, off_w, s_h, s_w, H, W, source, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+        sym::Context& c = *cx;
+        Expr iy, ix;
+        const Expr ok = c.mul(source(i[2], off_h, s_h, H, &iy), source(i[3], off_w, s_w, W, &ix));
+        return load_or(b, c, src, {i[0], i[1], iy, ix}, ok,
+                       b.constant(0, dtype_compute(src.dtype)));
+      },
+      v.inline_cost + 4, v.inline_reads);
+  std::vector<Expr> strides =
+      channels_last ? std::vector<Expr>{c.mul(c.mul(OH, OW), C), c.one(), c.mul(OW, C), C}
+                    : contiguous_strides(c, spread.sizes);
+  return ctx.realize_with_strides(spread, strides);
+}
+
 // --- depthwise convolutions as loops
 
 std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node,
@@ -181,29 +230,12 @@ std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node
   // for 3x3) g++ unswitched the channel loop on each and vectorized none of it (MobileNetV2's
   // 144-channel 3x3 ran at 1.2 GFLOP/s); the padding copy has one mask, invariant in the
   // channel loop.
-  const Expr N = input.sizes[0], Cx = input.sizes[1], H = input.sizes[2], W = input.sizes[3];
+  const Expr H = input.sizes[2], W = input.sizes[3];
   const int64_t ph = p.padding[0], pw = p.padding[1];
   TensorValue x = cast_value(ctx, input, dt);
-  const Expr Hp = c.add(H, c.constant(2 * ph)), Wp = c.add(W, c.constant(2 * pw));
   if (ph > 0 || pw > 0) {
-    sym::Context* cx = &c;
-    TensorValue src = x;
-    TensorValue padded = ctx.pointwise(
-        dt, {N, Cx, Hp, Wp},
-        [src, ph, pw, H, W, cx](BodyBuilder& b, const std::vector<Expr>& i) {
-          sym::Context& c = *cx;
-          const Expr ih = c.sub(i[2], c.constant(ph)), iw = c.sub(i[3], c.constant(pw));
-          const Expr ok =
-              c.mul(c.mul(c.le(c.zero(), ih), c.lt(ih, H)), c.mul(c.le(c.zero(), iw), c.lt(iw, W)));
-          return load_or(b, c, src, {i[0], i[1], ih, iw}, ok,
-                         b.constant(0, dtype_compute(src.dtype)));
-        },
-        src.inline_cost + 4, src.inline_reads);
-    std::vector<Expr> strides =
-        is_channels_last_meta(c, input_meta)
-            ? std::vector<Expr>{c.mul(c.mul(Hp, Wp), Cx), c.one(), c.mul(Wp, Cx), Cx}
-            : contiguous_strides(c, padded.sizes);
-    x = ctx.realize_with_strides(padded, strides);
+    x = spread_copy(ctx, x, c.add(H, c.constant(2 * ph)), c.add(W, c.constant(2 * pw)), ph, pw, 1,
+                    1, is_channels_last_meta(c, input_meta));
   } else {
     x = ctx.realize_like(x, input_meta);
   }
@@ -235,7 +267,257 @@ std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node
   return ctx.pointwise(dt, node.output(0)->meta().sizes, body, 4 * taps, 2 * taps);
 }
 
+// --- backward
+
+// The gradients a convolution_backward asks for (grad_input, grad_weight, grad_bias; nullopt
+// for those it does not).
+using Grads = std::array<std::optional<TensorValue>, 3>;
+
+// sum over n, h, w of g[n, o, h, w]: the bias gradient.
+TensorValue bias_grad(LoweringContext& ctx, const TensorValue& g, DType dt) {
+  Loader gl = g.load;
+  const DType acc = dtype_compute(dt);
+  return ctx.reduce(
+      loop::ReduceKind::Sum, dt, {g.sizes[1]}, {g.sizes[0], g.sizes[2], g.sizes[3]},
+      [gl, acc](BodyBuilder& b, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+        return b.cast(gl(b, {r[0], o[0], r[1], r[2]}), acc);
+      });
+}
+
+// 1x1, stride 1, no padding, groups 1: both gradients are products.
+std::optional<Grads> pointwise_conv_backward(LoweringContext& ctx, const Node& node,
+                                             const TensorValue& grad, const TensorValue& input,
+                                             const TensorValue& weight, DType dt, const Conv2d& p,
+                                             const std::array<bool, 3>& mask) {
+  sym::Context& c = ctx.ctx();
+  if (c.as_const(weight.sizes[2]) != 1 || c.as_const(weight.sizes[3]) != 1 || p.groups != 1 ||
+      p.padding[0] != 0 || p.padding[1] != 0)
+    return std::nullopt;
+  const TensorMeta& go_meta = node.arg(0, "grad_output")->value()->meta();
+  const TensorMeta& in_meta = node.arg(1, "input")->value()->meta();
+  const bool cl = is_channels_last_meta(c, go_meta) && is_channels_last_meta(c, in_meta);
+  const Expr N = input.sizes[0], C = input.sizes[1], IH = input.sizes[2], IW = input.sizes[3];
+  // The products run over the output's pixel grid; a strided convolution's input pixels are
+  // gathered onto it first, and its input gradient spread back out (zeros between).
+  const Expr H = grad.sizes[2], W = grad.sizes[3];
+  const int64_t sh = p.stride[0], sw = p.stride[1];
+  const bool strided = sh != 1 || sw != 1;
+  const Expr O = weight.sizes[0], P = c.mul(H, W);
+  StridedRef gs = strided_of(ctx, cast_value(ctx, grad, dt), &go_meta);
+  TensorValue x_in = cast_value(ctx, input, dt);
+  if (strided && mask[1]) {
+    Loader inner = x_in.load;
+    sym::Context* cx = &c;
+    TensorValue picked = ctx.pointwise(
+        dt, {N, C, H, W},
+        [inner, sh, sw, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+          sym::Context& c = *cx;
+          return inner(b, {i[0], i[1], c.mul(i[2], c.constant(sh)), c.mul(i[3], c.constant(sw))});
+        },
+        x_in.inline_cost + 1, x_in.inline_reads);
+    x_in = ctx.realize_with_strides(picked,
+                                    cl ? std::vector<Expr>{c.mul(P, C), c.one(), c.mul(W, C), C}
+                                       : contiguous_strides(c, picked.sizes));
+  }
+  StridedRef xs = strided_of(ctx, x_in, x_in.strided ? nullptr : &in_meta);
+  StridedRef ws = strided_of(ctx, cast_value(ctx, weight, dt), nullptr);
+  auto unit = [&](const Expr& e) { return c.as_const(e) == 1; };
+  auto rows_even = [&](const StridedRef& r) {
+    return unit(P) || (c.provably_eq(r.strides[2], c.mul(r.strides[3], W)) &&
+                       c.provably_eq(r.strides[0], c.mul(r.strides[2], H)));
+  };
+  auto pixels_contiguous = [&](const StridedRef& r) {
+    return unit(r.strides[3]) && c.provably_eq(r.strides[2], W);
+  };
+  auto product = [&](ExternKind kind, const TensorValue& a, const TensorValue& b,
+                     std::vector<Expr> sizes) {
+    ExternNode e = extern_for(ctx, node, kind);
+    e.inputs = {ctx.as_buffer(a), ctx.as_buffer(b)};
+    BufferId out = ctx.new_buffer(dt, std::move(sizes));
+    e.outputs = {out};
+    ctx.add_extern(std::move(e));
+    return out;
+  };
+  const Device cpu = Device::CPU;
+  Grads out;
+  if (cl && unit(gs.strides[1]) && unit(xs.strides[1]) && rows_even(gs) && rows_even(xs)) {
+    // Pixels as rows: G [NHW, O], X [NHW, C].
+    const Expr rows = c.mul(N, P);
+    const Expr gr = unit(P) ? gs.strides[0] : gs.strides[3];
+    const Expr xr = unit(P) ? xs.strides[0] : xs.strides[3];
+    TensorValue G = ctx.window(gs.base, dt, cpu, {rows, O}, {gr, c.one()}, gs.offset);
+    if (mask[0]) {  // G @ W[O, C]
+      TensorValue Wm =
+          ctx.window(ws.base, dt, cpu, {O, C}, {ws.strides[0], ws.strides[1]}, ws.offset);
+      BufferId gi = product(ExternKind::Mm, G, Wm, {rows, C});
+      out[0] = ctx.window(gi, dt, cpu, {N, C, H, W}, {c.mul(P, C), c.one(), c.mul(W, C), C});
+      if (strided) out[0] = spread_copy(ctx, *out[0], IH, IW, 0, 0, sh, sw, true);
+    }
+    if (mask[1]) {  // G^T @ X
+      TensorValue Gt = ctx.window(gs.base, dt, cpu, {O, rows}, {c.one(), gr}, gs.offset);
+      TensorValue X = ctx.window(xs.base, dt, cpu, {rows, C}, {xr, c.one()}, xs.offset);
+      BufferId gw = product(ExternKind::Mm, Gt, X, {O, C});
+      out[1] = ctx.window(gw, dt, cpu, {O, C, c.one(), c.one()}, {C, c.one(), c.one(), c.one()});
+    }
+  } else if (pixels_contiguous(gs) && pixels_contiguous(xs)) {
+    // Per image: G[n] [O, HW], X[n] [C, HW].
+    TensorValue G =
+        ctx.window(gs.base, dt, cpu, {N, O, P}, {gs.strides[0], gs.strides[1], c.one()}, gs.offset);
+    if (mask[0]) {  // W^T [C, O] @ G[n]
+      TensorValue Wt = ctx.window(ws.base, dt, cpu, {N, C, O},
+                                  {c.zero(), ws.strides[1], ws.strides[0]}, ws.offset);
+      BufferId gi = product(ExternKind::Bmm, Wt, G, {N, C, P});
+      out[0] = ctx.window(gi, dt, cpu, {N, C, H, W}, {c.mul(C, P), P, W, c.one()});
+      if (strided) out[0] = spread_copy(ctx, *out[0], IH, IW, 0, 0, sh, sw, false);
+    }
+    if (mask[1]) {  // sum over n of G[n] @ X[n]^T
+      TensorValue Xt = ctx.window(xs.base, dt, cpu, {N, P, C},
+                                  {xs.strides[0], c.one(), xs.strides[1]}, xs.offset);
+      BufferId per = product(ExternKind::Bmm, G, Xt, {N, O, C});
+      TensorValue per_image = ctx.from_buffer(per);
+      Loader pl = per_image.load;
+      const DType acc = dtype_compute(dt);
+      TensorValue sum = ctx.reduce(
+          loop::ReduceKind::Sum, dt, {O, C}, {N},
+          [pl, acc](BodyBuilder& b, const std::vector<Expr>& o, const std::vector<Expr>& r) {
+            return b.cast(pl(b, {r[0], o[0], o[1]}), acc);
+          });
+      Loader sl = sum.load;
+      out[1] = ctx.pointwise(
+          dt, {O, C, c.one(), c.one()},
+          [sl](BodyBuilder& b, const std::vector<Expr>& i) {
+            return sl(b, {i[0], i[1]});
+          },
+          1, 1);
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (mask[2])
+    out[2] = bias_grad(ctx, ctx.window(gs.base, dt, cpu, grad.sizes, gs.strides, gs.offset), dt);
+  return out;
+}
+
+// Depthwise: the input gradient is a depthwise convolution of the gradient spread out by the
+// stride and padded (flipped taps), the weight gradient a reduction per (tap, channel).
+std::optional<Grads> depthwise_conv_backward(LoweringContext& ctx, const Node& node,
+                                             const TensorValue& grad, const TensorValue& input,
+                                             const TensorValue& weight, DType dt, const Conv2d& p,
+                                             const std::array<bool, 3>& mask) {
+  sym::Context& c = ctx.ctx();
+  const auto C = c.as_const(input.sizes[1]), O = c.as_const(weight.sizes[0]);
+  const auto KH = c.as_const(weight.sizes[2]), KW = c.as_const(weight.sizes[3]);
+  if (!C || !O || !KH || !KW || c.as_const(weight.sizes[1]) != 1 || p.groups != *C ||
+      *O % *C != 0 || *C == 1 || *KH * *KW > kMaxDepthwiseTaps)
+    return std::nullopt;
+  const int64_t mult = *O / *C, kh_n = *KH, kw_n = *KW;
+  const TensorMeta& go_meta = node.arg(0, "grad_output")->value()->meta();
+  const TensorMeta& in_meta = node.arg(1, "input")->value()->meta();
+  const bool cl = is_channels_last_meta(c, in_meta);
+  const Expr H = input.sizes[2], W = input.sizes[3];
+  const Expr OH = grad.sizes[2], OW = grad.sizes[3];
+  const DType acc = dtype_compute(dt);
+  sym::Context* cx = &c;
+  TensorValue g = ctx.realize_like(cast_value(ctx, grad, dt), go_meta);
+  Grads out;
+  if (mask[0]) {
+    // grad_input[ih] = sum over taps of s[ih + kh'*d] * w[KH-1-kh'], with s[y] = g[(y - off)/s]
+    // where whole and in range, off = (KH-1)*d - padding.
+    const int64_t off_h = (kh_n - 1) * p.dilation[0] - p.padding[0];
+    const int64_t off_w = (kw_n - 1) * p.dilation[1] - p.padding[1];
+    TensorValue sg = spread_copy(ctx, g, c.add(H, c.constant((kh_n - 1) * p.dilation[0])),
+                                 c.add(W, c.constant((kw_n - 1) * p.dilation[1])), off_h, off_w,
+                                 p.stride[0], p.stride[1], cl);
+    TensorValue w = ctx.realize_with_strides(
+        cast_value(ctx, weight, dt), {c.one(), c.one(), c.constant(kw_n * *O), c.constant(*O)});
+    Loader sl = sg.load, wl = w.load;
+    auto body = [sl, wl, p, kh_n, kw_n, mult, acc, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+      sym::Context& c = *cx;
+      InstrId sum = -1;
+      for (int64_t j = 0; j < mult; ++j) {
+        const Expr o = mult == 1 ? i[1] : c.add(c.mul(i[1], c.constant(mult)), c.constant(j));
+        for (int64_t kh = 0; kh < kh_n; ++kh) {
+          for (int64_t kw = 0; kw < kw_n; ++kw) {
+            Expr y = c.add(i[2], c.constant(kh * p.dilation[0]));
+            Expr x = c.add(i[3], c.constant(kw * p.dilation[1]));
+            InstrId gv = b.cast(sl(b, {i[0], o, y, x}), acc);
+            InstrId wv = b.cast(
+                wl(b, {o, c.zero(), c.constant(kh_n - 1 - kh), c.constant(kw_n - 1 - kw)}), acc);
+            InstrId prod = b.op(InstrKind::Mul, acc, gv, wv);
+            sum = sum < 0 ? prod : b.op(InstrKind::Add, acc, sum, prod);
+          }
+        }
+      }
+      return sum;
+    };
+    const int taps = static_cast<int>(kh_n * kw_n * mult);
+    out[0] = ctx.pointwise(dt, input.sizes, body, 4 * taps, 2 * taps);
+  }
+  if (mask[1]) {
+    // Per (kh, kw, o), o last (unit-stride in a channels-last gradient): sum over n, oh, ow of
+    // g[n, o, oh, ow] * xpad[n, o / mult, oh*s + kh*d, ow*s + kw*d].
+    const int64_t ph = p.padding[0], pw = p.padding[1];
+    TensorValue x = cast_value(ctx, input, dt);
+    if (ph > 0 || pw > 0) {
+      x = spread_copy(ctx, x, c.add(H, c.constant(2 * ph)), c.add(W, c.constant(2 * pw)), ph, pw, 1,
+                      1, cl);
+    } else {
+      x = ctx.realize_like(x, in_meta);
+    }
+    Loader gl = g.load, xl = x.load;
+    TensorValue red = ctx.reduce(
+        loop::ReduceKind::Sum, dt, {c.constant(kh_n), c.constant(kw_n), c.constant(*O)},
+        {grad.sizes[0], OH, OW},
+        [gl, xl, p, mult, acc, cx](BodyBuilder& b, const std::vector<Expr>& o,
+                                   const std::vector<Expr>& r) {
+          sym::Context& c = *cx;
+          const Expr ci = mult == 1 ? o[2] : c.floordiv(o[2], c.constant(mult));
+          Expr y =
+              c.add(c.mul(r[1], c.constant(p.stride[0])), c.mul(o[0], c.constant(p.dilation[0])));
+          Expr x =
+              c.add(c.mul(r[2], c.constant(p.stride[1])), c.mul(o[1], c.constant(p.dilation[1])));
+          InstrId gv = b.cast(gl(b, {r[0], o[2], r[1], r[2]}), acc);
+          InstrId xv = b.cast(xl(b, {r[0], ci, y, x}), acc);
+          return b.op(InstrKind::Mul, acc, gv, xv);
+        });
+    Loader rl = red.load;
+    out[1] = ctx.pointwise(
+        dt, weight.sizes,
+        [rl](BodyBuilder& b, const std::vector<Expr>& i) {
+          return rl(b, {i[2], i[3], i[0]});
+        },
+        1, 1);
+  }
+  if (mask[2]) out[2] = bias_grad(ctx, g, dt);
+  return out;
+}
+
 }  // namespace
+
+std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
+    LoweringContext& ctx, const Node& node, const std::vector<int64_t>& ints,
+    const std::vector<int64_t>& output_mask) {
+  if (!ctx.options().cpu_native_convolutions) return std::nullopt;
+  const TensorValue& grad = ctx.arg_value(node, 0, "grad_output");
+  const TensorValue& input = ctx.arg_value(node, 1, "input");
+  const TensorValue& weight = ctx.arg_value(node, 2, "weight");
+  const TensorMeta& meta = node.output(0)->meta();
+  if (meta.device != Device::CPU || input.sizes.size() != 4 || weight.sizes.size() != 4 ||
+      grad.sizes.size() != 4)
+    return std::nullopt;
+  const DType dt = meta.dtype;
+  if (!float_type(dt)) return std::nullopt;
+  const Conv2d p = parse(ints);
+  if (p.transposed) return std::nullopt;
+  const std::array<bool, 3> mask{output_mask[0] != 0, output_mask[1] != 0, output_mask[2] != 0};
+  std::optional<Grads> g = pointwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
+  if (!g) g = depthwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
+  if (!g) return std::nullopt;
+  std::vector<TensorValue> out;
+  for (int k = 0; k < 3; ++k)
+    if (mask[k]) out.push_back(*(*g)[k]);
+  return out;
+}
 
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
                                                       const std::vector<int64_t>& ints) {

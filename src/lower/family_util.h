@@ -46,6 +46,10 @@ std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
 // nullopt to run it as an extern; `ints` in conv_ints' layout. Defined in conv_native.cpp.
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
                                                       const std::vector<int64_t>& ints);
+// The same for a convolution_backward node: the gradients `output_mask` asks for, in order.
+std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
+    LoweringContext& ctx, const Node& node, const std::vector<int64_t>& ints,
+    const std::vector<int64_t>& output_mask);
 
 // aten.copy_(input, value) at the end of a graph: the value stored into the input's own
 // storage (mutation.cpp). lower_graph calls it after the graph's outputs are lowered, with

@@ -459,6 +459,10 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
       << "convolution_backward: " << node.outputs().size() << " outputs for " << wanted
       << " set mask entries";
   DType dt = node.output(0)->meta().dtype;
+  if (rank == 4) {
+    if (auto native = lower_convolution_backward_natively(ctx, node, conv_ints(node, 4, 2), mask))
+      return *native;
+  }
   ExternNode e = extern_for(ctx, node, ExternKind::ConvolutionBackward);
   // grad_output and input keep the graph's layout, as the forward's input does: cuDNN converts
   // grad_output to the input's memory format, so a channels-last grad_output realized next to a

@@ -1,5 +1,6 @@
 // Library kernels: strided copy and GEMM (OpenBLAS when available).
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -19,14 +20,50 @@ int64_t numel(const RuntimeTensor& t) {
   return n;
 }
 
-void copy(const RuntimeTensor& src, const RuntimeTensor& dst) {
-  COIL_CHECK(src.sizes == dst.sizes) << "copy: size mismatch";
-  int64_t n = numel(src);
+namespace {
+
+// src and dst's dims reordered so that dst's strides decrease (the innermost dim last), with
+// size-1 dims dropped and neighbours that are one run in both merged: a channels-last slice
+// (a cat piece) becomes [N*H*W, C] runs of C contiguous elements instead of W-long walks at
+// stride C.
+void memory_order(RuntimeTensor& src, RuntimeTensor& dst) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < dst.sizes.size(); ++d)
+    if (dst.sizes[d] != 1) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
+    return std::abs(dst.strides[a]) > std::abs(dst.strides[b]);
+  });
+  std::vector<int64_t> sz, ss, ds;
+  for (size_t d : dims) {
+    if (!sz.empty() && ss.back() == src.strides[d] * src.sizes[d] &&
+        ds.back() == dst.strides[d] * dst.sizes[d]) {
+      sz.back() *= dst.sizes[d];
+      ss.back() = src.strides[d];
+      ds.back() = dst.strides[d];
+      continue;
+    }
+    sz.push_back(dst.sizes[d]);
+    ss.push_back(src.strides[d]);
+    ds.push_back(dst.strides[d]);
+  }
+  src.sizes = sz;
+  src.strides = ss;
+  dst.sizes = sz;
+  dst.strides = ds;
+}
+
+}  // namespace
+
+void copy(const RuntimeTensor& src_in, const RuntimeTensor& dst_in) {
+  COIL_CHECK(src_in.sizes == dst_in.sizes) << "copy: size mismatch";
+  int64_t n = numel(src_in);
   if (n == 0) return;
-  if (src.dtype == dst.dtype && is_contiguous(src) && is_contiguous(dst)) {
-    std::memcpy(dst.data, src.data, static_cast<size_t>(n) * dtype_size(src.dtype));
+  if (src_in.dtype == dst_in.dtype && is_contiguous(src_in) && is_contiguous(dst_in)) {
+    std::memcpy(dst_in.data, src_in.data, static_cast<size_t>(n) * dtype_size(src_in.dtype));
     return;
   }
+  RuntimeTensor src = src_in, dst = dst_in;
+  memory_order(src, dst);
   size_t rank = src.sizes.size();
   visit_dtype(src.dtype, [&](auto s0) {
     using S = decltype(s0);
@@ -38,6 +75,7 @@ void copy(const RuntimeTensor& src, const RuntimeTensor& dst) {
       }
       std::vector<int64_t> outer(src.sizes.begin(), src.sizes.end() - 1);
       int64_t inner = src.sizes.back(), ss = src.strides.back(), ds = dst.strides.back();
+      const bool run = std::is_same_v<S, D> && ss == 1 && ds == 1;
       for_each_index(outer, [&](const int64_t* idx) {
         int64_t so = 0, dof = 0;
         for (size_t d = 0; d + 1 < rank; ++d) {
@@ -46,7 +84,11 @@ void copy(const RuntimeTensor& src, const RuntimeTensor& dst) {
         }
         const S* sp = static_cast<const S*>(src.data) + so;
         D* dp = static_cast<D*>(dst.data) + dof;
-        for (int64_t i = 0; i < inner; ++i) dp[i * ds] = convert<D>(sp[i * ss]);
+        if (run) {
+          std::memcpy(dp, sp, static_cast<size_t>(inner) * sizeof(D));
+        } else {
+          for (int64_t i = 0; i < inner; ++i) dp[i * ds] = convert<D>(sp[i * ss]);
+        }
       });
     });
   });

@@ -140,7 +140,7 @@ def test_cuda_inference_graph_runs_channels_last(tmp_path, dtype):
     assert "channels-last activations for 5 convolution operand(s)" in notes
 
 
-def test_backend_applies_it_to_cpu_inference_graphs_only(tmp_path):
+def test_backend_applies_it_to_cpu_inference_and_training_graphs(tmp_path):
     model = _model()
     x = torch.randn(2, 3, 20, 20)
 
@@ -159,7 +159,8 @@ def test_backend_applies_it_to_cpu_inference_graphs_only(tmp_path):
     assert "channels-last activations for 5 convolution operand(s)" in passes({}, grad=False)
     assert passes({"channels_last": False}, grad=False) == ""
     model.train(False)
-    assert passes({}, grad=True) == ""  # CPU forward/backward graphs keep NCHW
+    # Training graphs too: the forward's saved activations stay channels-last for the backward.
+    assert "saved activation(s) stay in their new layout" in passes({}, grad=True)
 
 
 def _train_step(model, x):
@@ -180,8 +181,7 @@ def _assert_same_step(got, want, tol):
 
 
 def test_training_saved_activations_travel_channels_last(tmp_path):
-    """The backend's training path (_relayout for forward and backward graphs, here forced on
-    for CPU graphs): the forward graph keeps its saved activations NHWC and reports their
+    """The backend's training path (_relayout for forward and backward graphs): the forward graph keeps its saved activations NHWC and reports their
     strides, AOTAutograd restrides the backward graph's inputs, the backward graph recomputes
     with them; outputs and grads match eager with eager's strides."""
     notes, strides = [], []
@@ -189,12 +189,12 @@ def test_training_saved_activations_travel_channels_last(tmp_path):
 
     def backend(gm, example_inputs):
         def fw(g, ex):
-            notes.append(_relayout(g, ex, opts, "forward", on_cuda=True))
+            notes.append(_relayout(g, ex, opts, "forward"))
             return compile_aten_graph(g, ex, opts, "forward")
 
         def bw(g, ex):
             strides.extend(e.stride() for e in ex if isinstance(e, torch.Tensor) and e.dim() == 4)
-            notes.append(_relayout(g, ex, opts, "backward", on_cuda=True))
+            notes.append(_relayout(g, ex, opts, "backward"))
             return torch._dynamo.disable(compile_aten_graph)(g, ex, opts, "backward")
 
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,

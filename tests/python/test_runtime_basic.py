@@ -181,7 +181,7 @@ def test_auto_provider_matmul_library_conv_host():
         calls.append(len(inputs))
         if len(inputs) == 2 and inputs[0].dim() == 2:
             return [torch.mm(*inputs)]
-        return [torch.ops.aten.convolution.default(inputs[0], inputs[1], None, [1, 1], [0, 0],
+        return [torch.ops.aten.convolution.default(inputs[0], inputs[1], None, [1, 1], [1, 1],
                                                    [1, 1], False, [0, 0], 1)]
 
     mm = """graph(%0: f32[64, 64], %1: f32[64, 64]):
@@ -193,12 +193,13 @@ def test_auto_provider_matmul_library_conv_host():
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     torch.testing.assert_close(g.run([a, b])[0], a @ b, rtol=1e-4, atol=1e-4)
     assert calls == []
-    conv = """graph(%0: f32[1, 2, 5, 5], %1: f32[3, 2, 1, 1]):
-  %2: f32[1, 3, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)
+    # (A dense 3x3 convolution: 1x1 and depthwise ones are coil's own on the CPU.)
+    conv = """graph(%0: f32[1, 2, 5, 5], %1: f32[3, 2, 3, 3]):
+  %2: f32[1, 3, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)
   return (%2)
 """
     g = C.compile(conv, {}, fallback)
     assert "(host)" in g.describe()
-    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 1, 1)
-    torch.testing.assert_close(g.run([x, w])[0], torch.nn.functional.conv2d(x, w))
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    torch.testing.assert_close(g.run([x, w])[0], torch.nn.functional.conv2d(x, w, padding=1))
     assert calls == [2]

@@ -144,6 +144,104 @@ TEST(ConvNative, DenseAndGroupedConvolutionsStayExterns) {
   check_case({2, 4, 5, 5, 6, 1, 1, 1, 1, 1, false, true}, {ExternKind::Convolution});
 }
 
+// --- convolution_backward
+
+struct Grads {
+  std::vector<double> input, weight, bias;
+};
+
+Grads conv_backward_ref(const ConvCase& p, const std::vector<double>& x,
+                        const std::vector<double>& w, const std::vector<double>& go) {
+  const int64_t oh = out_dim(p.h, p), ow = out_dim(p.w, p);
+  const int64_t cg = p.c / p.groups, og = p.o / p.groups;
+  Grads g;
+  g.input.assign(p.n * p.c * p.h * p.w, 0.0);
+  g.weight.assign(p.o * cg * p.k * p.k, 0.0);
+  g.bias.assign(p.o, 0.0);
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t o = 0; o < p.o; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          const double gv = go[((n * p.o + o) * oh + y) * ow + xx];
+          g.bias[o] += gv;
+          const int64_t grp = o / og;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t ky = 0; ky < p.k; ++ky)
+              for (int64_t kx = 0; kx < p.k; ++kx) {
+                const int64_t iy = y * p.stride + ky * p.dil - p.pad;
+                const int64_t ix = xx * p.stride + kx * p.dil - p.pad;
+                if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;
+                const int64_t c = grp * cg + ci;
+                const int64_t xi = ((n * p.c + c) * p.h + iy) * p.w + ix;
+                const int64_t wi = ((o * cg + ci) * p.k + ky) * p.k + kx;
+                g.input[xi] += gv * w[wi];
+                g.weight[wi] += gv * x[xi];
+              }
+        }
+  return g;
+}
+
+// Lowers convolution_backward for the case (all three gradients), checks that no extern
+// convolution is left, and compares each gradient with the brute-force one.
+void check_backward(const ConvCase& p, std::vector<ExternKind> want_externs) {
+  const int64_t oh = out_dim(p.h, p), ow = out_dim(p.w, p);
+  const std::vector<int64_t> xs{p.n, p.c, p.h, p.w}, ws{p.o, p.c / p.groups, p.k, p.k},
+      os{p.n, p.o, oh, ow};
+  auto pair = [](int64_t v) { return "[" + std::to_string(v) + ", " + std::to_string(v) + "]"; };
+  const std::string text =
+      "graph(%0: f32" + dims(os, p.channels_last) + ", %1: f32" + dims(xs, p.channels_last) +
+      ", %2: f32" + dims(ws, false) + "):\n  %3: f32" + dims(xs, p.channels_last) + ", %4: f32" +
+      dims(ws, false) + ", %5: f32[" + std::to_string(p.o) +
+      "] = aten.convolution_backward.default(%0, %1, %2, [" + std::to_string(p.o) + "], " +
+      pair(p.stride) + ", " + pair(p.pad) + ", " + pair(p.dil) + ", false, [0, 0], " +
+      std::to_string(p.groups) + ", [true, true, true])\n  return (%3, %4, %5)\n";
+  SCOPED_TRACE(text);
+  Lowered l = lower_text(text);
+  EXPECT_EQ(extern_kinds(l), want_externs);
+  const auto x = as_f32(random_values(product(xs), 4)), w = as_f32(random_values(product(ws), 5)),
+             go = as_f32(random_values(product(os), 6));
+  auto stored = [&](const std::vector<int64_t>& sizes, const std::vector<double>& v) {
+    if (!p.channels_last) return HostTensor::from_doubles(DType::Float32, sizes, v);
+    const int64_t c = sizes[1], h = sizes[2], wd = sizes[3];
+    HostTensor t = HostTensor::zeros(DType::Float32, {sizes[0], h, wd, c})
+                       .as_strided(sizes, {h * wd * c, 1, wd * c, c}, 0);
+    for (int64_t i = 0; i < product(sizes); ++i) t.set(unravel(sizes, i), v[i]);
+    return t;
+  };
+  auto out = loop::interpret(l.result.program, {stored(os, go), stored(xs, x),
+                                                HostTensor::from_doubles(DType::Float32, ws, w)});
+  ASSERT_EQ(out.size(), 3u);
+  const Grads want = conv_backward_ref(p, x, w, go);
+  expect_close(out[0], xs, want.input, 1e-4, 1e-4);
+  expect_close(out[1], ws, want.weight, 1e-3, 1e-4);
+  expect_close(out[2], {p.o}, want.bias, 1e-4, 1e-4);
+}
+
+TEST(ConvNative, PointwiseBackwardIsProducts) {
+  check_backward({2, 8, 5, 6, 12, 1, 1, 0, 1, 1, true, true}, {ExternKind::Mm, ExternKind::Mm});
+  check_backward({2, 8, 5, 6, 12, 1, 1, 0, 1, 1, true, false}, {ExternKind::Bmm, ExternKind::Bmm});
+  // A strided (downsampling) one: pixels gathered, the input gradient spread back out.
+  check_backward({2, 8, 7, 9, 4, 1, 2, 0, 1, 1, true, true}, {ExternKind::Mm, ExternKind::Mm});
+  check_backward({2, 8, 7, 9, 4, 1, 2, 0, 1, 1, false, false}, {ExternKind::Bmm, ExternKind::Bmm});
+}
+
+TEST(ConvNative, DepthwiseBackwardIsLoops) {
+  check_backward({2, 6, 7, 8, 6, 3, 1, 1, 1, 6, true, true}, {});
+  check_backward({2, 6, 7, 8, 6, 3, 2, 1, 1, 6, true, true}, {});
+  check_backward({2, 6, 9, 9, 6, 5, 2, 2, 1, 6, true, false}, {});
+  check_backward({2, 4, 9, 9, 8, 3, 1, 2, 2, 4, true, true}, {});
+  check_backward({1, 3, 6, 7, 6, 3, 2, 0, 1, 3, true, false}, {});
+}
+
+TEST(ConvNative, DenseBackwardStaysAnExtern) {
+  const std::string text = R"(graph(%0: f32[2, 6, 4, 4], %1: f32[2, 3, 4, 4], %2: f32[6, 3, 3, 3]):
+  %3: f32[2, 3, 4, 4], %4: f32[6, 3, 3, 3] = aten.convolution_backward.default(%0, %1, %2, [6], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, false])
+  return (%3, %4)
+)";
+  EXPECT_EQ(extern_kinds(lower_text(text)),
+            std::vector<ExternKind>{ExternKind::ConvolutionBackward});
+}
+
 TEST(ConvNative, OptionOffKeepsTheExtern) {
   const std::string text = R"(graph(%0: f32[2, 4, 5, 5], %1: f32[4, 1, 3, 3]):
   %2: f32[2, 4, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 4)
