@@ -83,6 +83,29 @@ StridedRef strided_of(LoweringContext& ctx, const TensorValue& v, const TensorMe
   return *r.strided;
 }
 
+// NHWC strides of an [N, C, H, W] buffer.
+std::vector<Expr> nhwc_strides(sym::Context& c, Expr C, Expr H, Expr W) {
+  return {c.mul(c.mul(H, W), C), c.one(), c.mul(W, C), C};
+}
+
+// Every (sh, sw)-th pixel of 4-d `x`, gathered into a realized [N, C, OH, OW] buffer
+// (channels-last or contiguous): what a strided 1x1 convolution and its weight gradient read.
+TensorValue gather_pixels(LoweringContext& ctx, const TensorValue& x, Expr OH, Expr OW, int64_t sh,
+                          int64_t sw, bool channels_last) {
+  sym::Context& c = ctx.ctx();
+  sym::Context* cx = &c;
+  Loader inner = x.load;
+  TensorValue picked = ctx.pointwise(
+      x.dtype, {x.sizes[0], x.sizes[1], OH, OW},
+      [inner, sh, sw, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+        sym::Context& c = *cx;
+        return inner(b, {i[0], i[1], c.mul(i[2], c.constant(sh)), c.mul(i[3], c.constant(sw))});
+      },
+      x.inline_cost + 1, x.inline_reads);
+  return ctx.realize_with_strides(picked, channels_last ? nhwc_strides(c, x.sizes[1], OH, OW)
+                                                        : contiguous_strides(c, picked.sizes));
+}
+
 // bias[o] added to `v` (dims [N, O, ...]) as a lazy pointwise value.
 TensorValue add_bias(LoweringContext& ctx, const TensorValue& v, const TensorValue& bias) {
   Loader inner = v.load, lb = bias.load;
@@ -114,20 +137,7 @@ std::optional<TensorValue> pointwise_conv(LoweringContext& ctx, const Node& node
   // into a buffer of the input's layout.
   TensorValue x = cast_value(ctx, input, dt);
   if (p.stride[0] != 1 || p.stride[1] != 1) {
-    Loader inner = x.load;
-    const int64_t sh = p.stride[0], sw = p.stride[1];
-    sym::Context* cx = &c;
-    TensorValue picked = ctx.pointwise(
-        dt, {N, C, OH, OW},
-        [inner, sh, sw, cx](BodyBuilder& b, const std::vector<Expr>& i) {
-          sym::Context& c = *cx;
-          return inner(b, {i[0], i[1], c.mul(i[2], c.constant(sh)), c.mul(i[3], c.constant(sw))});
-        },
-        x.inline_cost + 1, x.inline_reads);
-    std::vector<Expr> strides =
-        channels_last ? std::vector<Expr>{c.mul(c.mul(OH, OW), C), c.one(), c.mul(OW, C), C}
-                      : contiguous_strides(c, picked.sizes);
-    x = ctx.realize_with_strides(picked, strides);
+    x = gather_pixels(ctx, x, OH, OW, p.stride[0], p.stride[1], channels_last);
   }
   StridedRef xs = strided_of(ctx, x, x.strided ? nullptr : &input_meta);
   const std::vector<Expr>& st = xs.strides;
@@ -207,8 +217,7 @@ TensorValue spread_copy(LoweringContext& ctx, const TensorValue& v, Expr OH, Exp
       },
       v.inline_cost + 4, v.inline_reads);
   std::vector<Expr> strides =
-      channels_last ? std::vector<Expr>{c.mul(c.mul(OH, OW), C), c.one(), c.mul(OW, C), C}
-                    : contiguous_strides(c, spread.sizes);
+      channels_last ? nhwc_strides(c, C, OH, OW) : contiguous_strides(c, spread.sizes);
   return ctx.realize_with_strides(spread, strides);
 }
 
@@ -306,18 +315,7 @@ std::optional<Grads> pointwise_conv_backward(LoweringContext& ctx, const Node& n
   StridedRef gs = strided_of(ctx, cast_value(ctx, grad, dt), &go_meta);
   TensorValue x_in = cast_value(ctx, input, dt);
   if (strided && mask[1]) {
-    Loader inner = x_in.load;
-    sym::Context* cx = &c;
-    TensorValue picked = ctx.pointwise(
-        dt, {N, C, H, W},
-        [inner, sh, sw, cx](BodyBuilder& b, const std::vector<Expr>& i) {
-          sym::Context& c = *cx;
-          return inner(b, {i[0], i[1], c.mul(i[2], c.constant(sh)), c.mul(i[3], c.constant(sw))});
-        },
-        x_in.inline_cost + 1, x_in.inline_reads);
-    x_in = ctx.realize_with_strides(picked,
-                                    cl ? std::vector<Expr>{c.mul(P, C), c.one(), c.mul(W, C), C}
-                                       : contiguous_strides(c, picked.sizes));
+    x_in = gather_pixels(ctx, x_in, H, W, sh, sw, cl);
   }
   StridedRef xs = strided_of(ctx, x_in, x_in.strided ? nullptr : &in_meta);
   StridedRef ws = strided_of(ctx, cast_value(ctx, weight, dt), nullptr);

@@ -71,6 +71,17 @@ std::string dims(const std::vector<int64_t>& d, bool channels_last) {
   return s;
 }
 
+// Values `v` (row-major logical order) in a tensor of `sizes`, stored NHWC when asked.
+HostTensor stored(const std::vector<int64_t>& sizes, const std::vector<double>& v,
+                  bool channels_last) {
+  if (!channels_last) return HostTensor::from_doubles(DType::Float32, sizes, v);
+  const int64_t c = sizes[1], h = sizes[2], w = sizes[3];
+  HostTensor t = HostTensor::zeros(DType::Float32, {sizes[0], h, w, c})
+                     .as_strided(sizes, {h * w * c, 1, w * c, c}, 0);
+  for (int64_t i = 0; i < product(sizes); ++i) t.set(unravel(sizes, i), v[i]);
+  return t;
+}
+
 // Lowers the case, checks which externs it became, and compares the interpreter's result.
 void check_case(const ConvCase& p, std::vector<ExternKind> want_externs) {
   const int64_t oh = out_dim(p.h, p), ow = out_dim(p.w, p);
@@ -90,14 +101,7 @@ void check_case(const ConvCase& p, std::vector<ExternKind> want_externs) {
   if (!want_externs.empty() && want_externs[0] == ExternKind::Convolution) return;
   const auto x = as_f32(random_values(product(xs), 1)), w = as_f32(random_values(product(ws), 2)),
              b = as_f32(random_values(p.o, 3));
-  HostTensor xt = HostTensor::from_doubles(DType::Float32, xs, x);
-  if (p.channels_last) {
-    // The same logical values stored NHWC.
-    HostTensor cl = HostTensor::zeros(DType::Float32, {p.n, p.h, p.w, p.c});
-    cl = cl.as_strided(xs, {p.h * p.w * p.c, 1, p.w * p.c, p.c}, 0);
-    for (int64_t i = 0; i < product(xs); ++i) cl.set(unravel(xs, i), x[i]);
-    xt = cl;
-  }
+  const HostTensor xt = stored(xs, x, p.channels_last);
   auto out =
       loop::interpret(l.result.program, {xt, HostTensor::from_doubles(DType::Float32, ws, w),
                                          HostTensor::from_doubles(DType::Float32, {p.o}, b)});
@@ -200,16 +204,9 @@ void check_backward(const ConvCase& p, std::vector<ExternKind> want_externs) {
   EXPECT_EQ(extern_kinds(l), want_externs);
   const auto x = as_f32(random_values(product(xs), 4)), w = as_f32(random_values(product(ws), 5)),
              go = as_f32(random_values(product(os), 6));
-  auto stored = [&](const std::vector<int64_t>& sizes, const std::vector<double>& v) {
-    if (!p.channels_last) return HostTensor::from_doubles(DType::Float32, sizes, v);
-    const int64_t c = sizes[1], h = sizes[2], wd = sizes[3];
-    HostTensor t = HostTensor::zeros(DType::Float32, {sizes[0], h, wd, c})
-                       .as_strided(sizes, {h * wd * c, 1, wd * c, c}, 0);
-    for (int64_t i = 0; i < product(sizes); ++i) t.set(unravel(sizes, i), v[i]);
-    return t;
-  };
-  auto out = loop::interpret(l.result.program, {stored(os, go), stored(xs, x),
-                                                HostTensor::from_doubles(DType::Float32, ws, w)});
+  auto out = loop::interpret(l.result.program,
+                             {stored(os, go, p.channels_last), stored(xs, x, p.channels_last),
+                              HostTensor::from_doubles(DType::Float32, ws, w)});
   ASSERT_EQ(out.size(), 3u);
   const Grads want = conv_backward_ref(p, x, w, go);
   expect_close(out[0], xs, want.input, 1e-4, 1e-4);
