@@ -40,7 +40,7 @@ namespace coil {
   X(std::string, kernel_prefix, "", true)        /* "bw_": profiles tell graphs' kernels apart */ \
   X(int64_t, compile_timeout_s, 300, false)      /* host compiler killed after; 0: no limit */    \
   X(int64_t, cuda_device, 0, false)              /* CUDA device ordinal the graph runs on */      \
-  X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */ \
+  X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */   \
   X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */
 
 struct CompileOptions {
