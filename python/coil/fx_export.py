@@ -354,6 +354,8 @@ class ExportedGraph:
     call_env: threading.local = dataclasses.field(default_factory=threading.local)
     # node_index -> how run_node_eagerly rebuilds the node's arguments (built on first use).
     call_plans: dict = dataclasses.field(default_factory=dict)
+    # node_index -> the layout its host convolution runs in (node_fallback.ConvLayoutChoice).
+    conv_layouts: dict = dataclasses.field(default_factory=dict)
 
     def relayout_inputs(self, inputs: list, args: Sequence[Any],
                         env: dict[str, int] | None) -> list | None:

@@ -7,6 +7,7 @@ tensors in the order coil passes them, symbolic sizes from the call's symbol val
 from __future__ import annotations
 
 import operator
+import time
 from typing import Sequence
 
 import torch
@@ -73,7 +74,13 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
             f"coil fallback for node {node_index} ({node.target}): got {len(tensors)} tensor "
             f"inputs, the node has {pos[0]}"
         )
-    out = node.target(*args, **kwargs)
+    if node.target in _CONV_OPS and not kwargs and _channels_last_cpu(args[0]):
+        choice = exported.conv_layouts.get(node_index)
+        if choice is None:
+            choice = exported.conv_layouts[node_index] = ConvLayoutChoice()
+        out = choice.run(node.target, args)
+    else:
+        out = node.target(*args, **kwargs)
     if isinstance(out, torch.Tensor):
         return [_materialize(out)]
     # One tensor per output the export declared (a tensor in meta['val']). An output the graph
@@ -91,6 +98,55 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
                 o = torch.empty(sizes, dtype=m.dtype, device=m.device)
         results.append(_materialize(o))
     return results
+
+
+_CONV_OPS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+
+
+def _channels_last_cpu(t) -> bool:
+    return (isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() == 4
+            and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last))
+
+
+class ConvLayoutChoice:
+    """Which layout a host convolution (or convolution_backward) of channels-last activations
+    runs in, chosen by measurement on its first calls. oneDNN's CPU convolutions are not
+    uniformly faster in either layout: on the 2-core CPU a 3x3 convolution over 2 x 64 x 24 x 24
+    took 0.84 ms on NCHW data and 1.15 ms on NHWC (with the OIHW weight ATen then reorders per
+    call), while over 8 x 64 x 56 x 56 NHWC took 11.7 ms and NCHW 24.6 ms (docs/decisions.md).
+    The candidates: the activations as they are, or made contiguous (NCHW) for the call (the
+    runtime copies an NCHW result into the graph's NHWC buffer). Each runs `_SAMPLES` times,
+    alternating; the faster (by its best time) is kept for the graph's life."""
+
+    _SAMPLES = 2
+
+    def __init__(self):
+        self.times: list[list[float]] = [[], []]
+        self.chosen: int | None = None
+
+    def run(self, op, args: list):
+        k = self.chosen
+        if k is None:
+            k = 0 if len(self.times[0]) <= len(self.times[1]) else 1
+            t0 = time.perf_counter()
+            out = op(*self._args(k, op, args))
+            self.times[k].append(time.perf_counter() - t0)
+            if all(len(t) >= self._SAMPLES for t in self.times):
+                self.chosen = 0 if min(self.times[0]) <= min(self.times[1]) else 1
+            return out
+        return op(*self._args(k, op, args))
+
+    @staticmethod
+    def _args(k: int, op, args: list) -> list:
+        if k == 0:
+            return args
+        args = list(args)
+        # convolution(input, ...); convolution_backward(grad_output, input, ...)
+        activations = (0,) if op is torch.ops.aten.convolution.default else (0, 1)
+        for i in activations:
+            if isinstance(args[i], torch.Tensor):
+                args[i] = args[i].contiguous()
+        return args
 
 
 def _materialize(t: torch.Tensor) -> torch.Tensor:

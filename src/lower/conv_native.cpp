@@ -20,7 +20,13 @@
 // reduction per (tap, channel) with the channel last, so that channels-last data reduces as
 // vectorized columns.
 //
-// Everything else (dense KxK convolutions, transposed ones, the GPU) stays an extern.
+//  - Small dense convolutions (groups 1, below kMaxGatheredConvFlops) are one product over
+//    their gathered windows ("im2col"): a generated gather, the Mm extern (whose library is
+//    chosen by measurement), and the bias and whatever follows fused into the readers. Their
+//    backward is two products and a generated scatter of window columns back to pixels.
+//
+// Everything else (larger dense and grouped convolutions, transposed ones, the GPU) stays an
+// extern.
 #include <array>
 #include <optional>
 #include <vector>
@@ -178,6 +184,163 @@ std::optional<TensorValue> pointwise_conv(LoweringContext& ctx, const Node& node
                       {c.mul(O, pixels), pixels, OW, c.one()});
   }
   return std::nullopt;
+}
+
+// --- small dense convolutions as one product over gathered windows
+
+// Which dense convolutions are computed here, as one product over their gathered windows:
+//  - small ones, up to kMaxGatheredConvFlops (2 * multiply-adds). Up to this size the host
+//    call's fixed cost (~80 us: tensors into Python and back, oneDNN's primitive lookup and
+//    weight reorder) is a large part of oneDNN's time, and the gather plus one product was
+//    1.0-1.6x faster than ATen's own call on the 2-core CPU; from ~100 MFLOP on, oneDNN's
+//    direct convolution was 25-35% faster than the gathered product.
+//  - weight-bound ones, up to kMaxGatheredPixels output pixels at any size: the product then
+//    streams the weight once, where oneDNN also reorders it on every call (a 3x3 512-channel
+//    convolution over 2 x 3 x 3 pixels: 3.3 ms through the host, 0.9 ms as a product).
+// docs/decisions.md has the measurements.
+constexpr double kMaxGatheredConvFlops = 50e6;
+constexpr int64_t kMaxGatheredPixels = 64;
+// The largest gathered-windows buffer (elements) a convolution may make.
+constexpr int64_t kMaxGatheredElements = int64_t{1} << 22;
+
+// The static sizes of a dense convolution computed as a product over gathered windows, and the
+// order of a window's elements (the product's inner dimension, R = KH*KW*C):
+//  - tap-major (kh, kw, c): the gather's innermost loop runs along the channels, unit-stride in
+//    a channels-last input and in the store, with one padding mask per (pixel, tap) that is
+//    invariant along it (vectorized); the weight is read from an [O][KH][KW][C] copy.
+//  - channel-major (c, kh, kw): the weight's own OIHW memory is the [O, R] matrix (no copy);
+//    the gather runs KW elements at a time, scalar. Chosen where the weight copy would move
+//    more than the gather, R*O > 4*R*pixels (the last stages of a CNN at small batch).
+struct GatheredShape {
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  bool tap_major;
+  int64_t pixels() const { return N * OH * OW; }
+  int64_t window() const { return KH * KW * C; }
+  // A window element's position in cols' 6-d form [N, OH, OW, <window dims>].
+  std::vector<Expr> cols_index(const Expr& n, const Expr& oh, const Expr& ow, const Expr& kh,
+                               const Expr& kw, const Expr& ci) const {
+    if (tap_major) return {n, oh, ow, kh, kw, ci};
+    return {n, oh, ow, ci, kh, kw};
+  }
+  std::vector<int64_t> window_sizes() const {
+    if (tap_major) return {KH, KW, C};
+    return {C, KH, KW};
+  }
+  // The strides of the [O, C, KH, KW] weight whose [O, R] view matches the window order.
+  std::vector<int64_t> weight_strides() const {
+    if (tap_major) return {window(), 1, KW * C, C};
+    return {window(), KH * KW, KW, 1};
+  }
+};
+
+bool has_strides(sym::Context& c, const TensorValue& v, const std::vector<int64_t>& strides) {
+  if (!v.strided) return false;
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (!(c.provably_eq(v.strided->strides[d], c.constant(strides[d])) ||
+          c.as_const(v.sizes[d]) == 1))
+      return false;
+  return true;
+}
+
+std::optional<GatheredShape> gathered_shape(sym::Context& c, const std::vector<Expr>& in,
+                                            const TensorValue& weight, const std::vector<Expr>& out,
+                                            const Conv2d& p) {
+  if (p.groups != 1) return std::nullopt;
+  const std::vector<Expr>& w = weight.sizes;
+  std::array<std::optional<int64_t>, 9> v = {
+      c.as_const(in[0]), c.as_const(in[1]), c.as_const(in[2]),  c.as_const(in[3]), c.as_const(w[0]),
+      c.as_const(w[2]),  c.as_const(w[3]),  c.as_const(out[2]), c.as_const(out[3])};
+  for (const auto& e : v)
+    if (!e) return std::nullopt;
+  GatheredShape s{*v[0], *v[1], *v[2], *v[3], *v[4], *v[5], *v[6], *v[7], *v[8], true};
+  const double flops = 2.0 * static_cast<double>(s.pixels()) * static_cast<double>(s.window()) *
+                       static_cast<double>(s.O);
+  if (s.pixels() == 0 || s.window() == 0 || s.pixels() * s.window() > kMaxGatheredElements)
+    return std::nullopt;
+  if (flops > kMaxGatheredConvFlops && s.pixels() > kMaxGatheredPixels) return std::nullopt;
+  s.tap_major = has_strides(c, weight, s.weight_strides()) || 4 * s.pixels() >= s.O;
+  return s;
+}
+
+// cols[N*OH*OW, R]: every output pixel's window of `x`, in s's window order, 0 in the padding.
+TensorValue gather_windows(LoweringContext& ctx, const TensorValue& input, const TensorMeta& meta,
+                           const GatheredShape& s, const Conv2d& p) {
+  sym::Context& c = ctx.ctx();
+  // Each input element is read by up to KH*KW windows: computed once, in the graph's layout.
+  const TensorValue x = ctx.realize_like(input, meta);
+  sym::Context* cx = &c;
+  const Expr H = x.sizes[2], W = x.sizes[3];
+  std::vector<Expr> sizes = {x.sizes[0], c.constant(s.OH), c.constant(s.OW)};
+  for (int64_t e : s.window_sizes()) sizes.push_back(c.constant(e));
+  const bool tap_major = s.tap_major;
+  TensorValue cols = ctx.pointwise(
+      x.dtype, sizes,
+      [x, p, H, W, tap_major, cx](BodyBuilder& b, const std::vector<Expr>& i) {
+        sym::Context& c = *cx;
+        const Expr kh = tap_major ? i[3] : i[4], kw = tap_major ? i[4] : i[5];
+        const Expr ci = tap_major ? i[5] : i[3];
+        const Expr y = c.add(c.mul(i[1], c.constant(p.stride[0])), c.constant(-p.padding[0]));
+        const Expr xx = c.add(c.mul(i[2], c.constant(p.stride[1])), c.constant(-p.padding[1]));
+        const Expr yy = c.add(y, c.mul(kh, c.constant(p.dilation[0])));
+        const Expr xw = c.add(xx, c.mul(kw, c.constant(p.dilation[1])));
+        const Expr ok =
+            all_of(c, {c.le(c.zero(), yy), c.lt(yy, H), c.le(c.zero(), xw), c.lt(xw, W)});
+        return load_or(b, c, x, {i[0], ci, yy, xw}, ok, b.constant(0, dtype_compute(x.dtype)));
+      },
+      x.inline_cost + 4, x.inline_reads);
+  cols = ctx.realize_with_strides(cols, contiguous_strides(c, cols.sizes));
+  const StridedRef& cs = *cols.strided;
+  const Expr R = c.constant(s.window());
+  return ctx.window(cs.base, x.dtype, Device::CPU, {c.constant(s.pixels()), R}, {R, c.one()},
+                    cs.offset);
+}
+
+// The weight [O, C, KH, KW] realized in s's window order (a copy unless it is laid out so
+// already): row o of its [O, R] view matches gather_windows' columns.
+StridedRef weight_matrix(LoweringContext& ctx, const TensorValue& weight, DType dt,
+                         const GatheredShape& s) {
+  sym::Context& c = ctx.ctx();
+  TensorValue w = cast_value(ctx, weight, dt);
+  if (!has_strides(c, w, s.weight_strides())) {
+    std::vector<Expr> strides;
+    for (int64_t e : s.weight_strides()) strides.push_back(c.constant(e));
+    w = ctx.realize_with_strides(w, strides);
+  }
+  return *w.strided;
+}
+
+// `v` [N, C, H, W] realized channels-last (a copy unless it is): its pixels are the rows of an
+// [N*H*W, C] matrix.
+StridedRef channels_last_ref(LoweringContext& ctx, const TensorValue& v, const TensorMeta& meta) {
+  sym::Context& c = ctx.ctx();
+  const std::vector<Expr> nhwc = nhwc_strides(c, v.sizes[1], v.sizes[2], v.sizes[3]);
+  TensorValue r = ctx.realize_like(v, meta);
+  bool ok = true;
+  for (size_t d = 0; ok && d < 4; ++d)
+    ok = c.provably_eq(r.strided->strides[d], nhwc[d]) || c.as_const(v.sizes[d]) == 1;
+  if (!ok) r = ctx.realize_with_strides(r, nhwc);
+  return *r.strided;
+}
+
+// A dense (groups 1) KxK convolution as one product: out[N*OH*OW, O] = cols @ Wr^T, channels-last.
+std::optional<TensorValue> gathered_conv(LoweringContext& ctx, const Node& node,
+                                         const TensorValue& input, const TensorValue& weight,
+                                         const TensorMeta& input_meta, DType dt, const Conv2d& p) {
+  sym::Context& c = ctx.ctx();
+  const std::vector<Expr>& out_sizes = node.output(0)->meta().sizes;
+  std::optional<GatheredShape> s = gathered_shape(c, input.sizes, weight, out_sizes, p);
+  if (!s) return std::nullopt;
+  TensorValue cols = gather_windows(ctx, cast_value(ctx, input, dt), input_meta, *s, p);
+  StridedRef ws = weight_matrix(ctx, weight, dt, *s);
+  const Expr R = c.constant(s->window()), O = weight.sizes[0];
+  TensorValue wt = ctx.window(ws.base, dt, Device::CPU, {R, O}, {c.one(), R}, ws.offset);
+  ExternNode e = extern_for(ctx, node, ExternKind::Mm);
+  e.inputs = {ctx.as_buffer(cols), ctx.as_buffer(wt)};
+  BufferId out = ctx.new_buffer(dt, {c.constant(s->pixels()), O});
+  e.outputs = {out};
+  ctx.add_extern(std::move(e));
+  const Expr OH = out_sizes[2], OW = out_sizes[3];
+  return ctx.window(out, dt, Device::CPU, {input.sizes[0], O, OH, OW}, nhwc_strides(c, O, OH, OW));
 }
 
 // --- zero-spread copies
@@ -490,6 +653,100 @@ std::optional<Grads> depthwise_conv_backward(LoweringContext& ctx, const Node& n
   return out;
 }
 
+// A dense convolution gathered_conv computes: the weight gradient is G^T @ cols, the input
+// gradient G @ Wr scattered back from window columns to pixels (each input pixel sums the
+// window entries that read it: at most KH*KW, by tap).
+std::optional<Grads> gathered_conv_backward(LoweringContext& ctx, const Node& node,
+                                            const TensorValue& grad, const TensorValue& input,
+                                            const TensorValue& weight, DType dt, const Conv2d& p,
+                                            const std::array<bool, 3>& mask) {
+  sym::Context& c = ctx.ctx();
+  std::optional<GatheredShape> s = gathered_shape(c, input.sizes, weight, grad.sizes, p);
+  if (!s) return std::nullopt;
+  const TensorMeta& go_meta = node.arg(0, "grad_output")->value()->meta();
+  const Device cpu = Device::CPU;
+  const Expr R = c.constant(s->window()), O = weight.sizes[0], P = c.constant(s->pixels());
+  const StridedRef gs = channels_last_ref(ctx, cast_value(ctx, grad, dt), go_meta);
+  TensorValue G = ctx.window(gs.base, dt, cpu, {P, O}, {O, c.one()}, gs.offset);
+  auto product = [&](const TensorValue& a, const TensorValue& b, std::vector<Expr> sizes) {
+    ExternNode e = extern_for(ctx, node, ExternKind::Mm);
+    e.inputs = {ctx.as_buffer(a), ctx.as_buffer(b)};
+    BufferId out = ctx.new_buffer(dt, std::move(sizes));
+    e.outputs = {out};
+    ctx.add_extern(std::move(e));
+    return out;
+  };
+  Grads out;
+  if (mask[0]) {
+    StridedRef ws = weight_matrix(ctx, weight, dt, *s);
+    TensorValue wr = ctx.window(ws.base, dt, cpu, {O, R}, {R, c.one()}, ws.offset);
+    BufferId dcols_buf = product(G, wr, {P, R});
+    // dcols in cols' 6-d form (contiguous).
+    const int64_t KW = s->KW, OW = s->OW, OH = s->OH;
+    std::vector<int64_t> dsizes = {s->N, OH, OW};
+    for (int64_t e : s->window_sizes()) dsizes.push_back(e);
+    std::vector<Expr> dsz;
+    for (int64_t e : dsizes) dsz.push_back(c.constant(e));
+    TensorValue dcols = ctx.window(dcols_buf, dt, cpu, dsz, contiguous_strides(c, dsz));
+    sym::Context* cx = &c;
+    const int64_t KH = s->KH;
+    // Output position along one axis that tap k of input position y feeds, and whether it is one.
+    auto source = [cx](Expr y, int64_t pad, int64_t k, int64_t dil, int64_t stride, int64_t extent,
+                       Expr* at) {
+      sym::Context& c = *cx;
+      const Expr t = c.add(y, c.constant(pad - k * dil));
+      Expr ok = c.le(c.zero(), t);
+      if (stride == 1) {
+        *at = t;
+      } else {
+        ok = c.mul(ok, c.eq(c.mod(t, c.constant(stride)), c.zero()));
+        *at = c.floordiv(t, c.constant(stride));
+      }
+      return c.mul(ok, c.lt(*at, c.constant(extent)));
+    };
+    const DType acc = dtype_compute(dt);
+    const GatheredShape shape = *s;
+    auto body = [dcols, shape, p, KH, KW, OH, OW, acc, source, cx](BodyBuilder& b,
+                                                                   const std::vector<Expr>& i) {
+      sym::Context& c = *cx;
+      InstrId sum = -1;
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        Expr oh;
+        const Expr ok_h = source(i[2], p.padding[0], kh, p.dilation[0], p.stride[0], OH, &oh);
+        if (c.as_const(ok_h) == 0) continue;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          Expr ow;
+          const Expr ok_w = source(i[3], p.padding[1], kw, p.dilation[1], p.stride[1], OW, &ow);
+          if (c.as_const(ok_w) == 0) continue;
+          InstrId v = load_or(b, c, dcols,
+                              shape.cols_index(i[0], oh, ow, c.constant(kh), c.constant(kw), i[1]),
+                              c.mul(ok_h, ok_w), b.constant(0, acc));
+          sum = sum < 0 ? v : b.op(InstrKind::Add, acc, sum, v);
+        }
+      }
+      return sum < 0 ? b.constant(0, acc) : sum;
+    };
+    const int taps = static_cast<int>(KH * KW);
+    out[0] = ctx.pointwise(dt, input.sizes, body, 4 * taps, taps);
+  }
+  if (mask[1]) {
+    const TensorMeta& in_meta = node.arg(1, "input")->value()->meta();
+    TensorValue cols = gather_windows(ctx, cast_value(ctx, input, dt), in_meta, *s, p);
+    TensorValue gt = ctx.window(gs.base, dt, cpu, {O, P}, {c.one(), O}, gs.offset);
+    BufferId dw = product(gt, cols, {O, R});
+    std::vector<Expr> wst;
+    for (int64_t e : s->weight_strides()) wst.push_back(c.constant(e));
+    out[1] = ctx.window(dw, dt, cpu, weight.sizes, wst);
+  }
+  if (mask[2]) {
+    TensorValue g4 =
+        ctx.window(gs.base, dt, cpu, grad.sizes,
+                   nhwc_strides(c, grad.sizes[1], grad.sizes[2], grad.sizes[3]), gs.offset);
+    out[2] = bias_grad(ctx, g4, dt);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
@@ -510,6 +767,7 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
   const std::array<bool, 3> mask{output_mask[0] != 0, output_mask[1] != 0, output_mask[2] != 0};
   std::optional<Grads> g = pointwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
   if (!g) g = depthwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
+  if (!g) g = gathered_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
   if (!g) return std::nullopt;
   std::vector<TensorValue> out;
   for (int k = 0; k < 3; ++k)
@@ -532,6 +790,7 @@ std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, cons
   const TensorMeta& input_meta = node.arg(0, "input")->value()->meta();
   std::optional<TensorValue> out = pointwise_conv(ctx, node, input, weight, input_meta, dt, p);
   if (!out) out = depthwise_conv(ctx, node, input, weight, input_meta, dt, p);
+  if (!out) out = gathered_conv(ctx, node, input, weight, input_meta, dt, p);
   if (!out) return std::nullopt;
   const Arg* bias = node.arg(2, "bias");
   if (bias != nullptr && bias->is_value())

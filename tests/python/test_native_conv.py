@@ -1,5 +1,6 @@
 """CPU convolutions coil computes itself (src/lower/conv_native.cpp): 1x1 convolutions become
-matrix products on the input's memory and depthwise convolutions generated loops, so no
+matrix products on the input's memory, depthwise convolutions generated loops and small dense
+ones a product over their gathered windows, so no
 convolution goes back into Python; results match eager in both layouts, for inference and
 for a training step (whose convolution_backward is lowered the same way)."""
 
@@ -23,6 +24,11 @@ CASES = [
     (16, 16, 5, 1, 2, 1, 16, True, 7),    # depthwise 5x5 (EfficientNet)
     (8, 8, 7, 1, 3, 1, 8, True, 10),      # depthwise 7x7 (ConvNeXt)
     (8, 16, 3, 1, 2, 2, 8, False, 9),     # depthwise, dilated, two outputs per channel
+    (8, 12, 3, 1, 1, 1, 1, False, 8),     # small dense 3x3 (a product over gathered windows)
+    (8, 12, 3, 2, 1, 1, 1, True, 9),      # small dense, strided
+    (3, 8, 7, 2, 3, 1, 1, False, 16),     # a stem
+    (6, 4, 3, 1, 2, 2, 1, True, 7),       # small dense, dilated
+    (64, 96, 3, 1, 1, 1, 1, False, 3),    # few pixels, many channels: windows channel-major
 ]
 
 
@@ -57,7 +63,8 @@ def test_inference_matches_eager_without_an_extern_convolution(tmp_path, case, c
     assert "extern convolution" not in _schedules(tmp_path)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], CASES[4], CASES[7]],
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], CASES[4], CASES[7], CASES[8],
+                                  CASES[9], CASES[11], CASES[12]],
                          ids=lambda c: "x".join(map(str, c)))
 def test_training_step_matches_eager(tmp_path, case):
     cin, cout, k, s, p, d, g, bias, hw = case
@@ -89,3 +96,27 @@ def test_option_off_keeps_the_extern(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), conv(x))
     assert "extern convolution" in _schedules(tmp_path)
+
+
+def test_large_dense_convolution_stays_an_extern(tmp_path):
+    # 2 * 2048 pixels * 576 * 64 = 151 MFLOP: above kMaxGatheredConvFlops, oneDNN's direct
+    # convolution is faster than the gathered product.
+    conv = nn.Conv2d(64, 64, 3, padding=1, bias=False).eval()
+    x = torch.randn(2, 64, 32, 32)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="coil", options={"debug_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
+    assert "extern convolution" in _schedules(tmp_path)
+
+
+def test_weight_bound_dense_convolution_is_a_product(tmp_path):
+    # 2 * 18 pixels * 4608 * 512 = 85 MFLOP, but only 18 output pixels: the product streams the
+    # weight once, where oneDNN also reorders it on every call.
+    conv = nn.Conv2d(512, 512, 3, padding=1, bias=False).eval()
+    x = torch.randn(2, 512, 3, 3).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="coil", options={"debug_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
+    assert "extern convolution" not in _schedules(tmp_path)

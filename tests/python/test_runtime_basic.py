@@ -117,7 +117,8 @@ def test_convolution(provider):
         x, w, b = inputs
         return [torch.ops.aten.convolution.default(x, w, b, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)]
 
-    g = C.compile(text, {"extern_provider": provider}, fallback)
+    # (A small dense convolution is coil's own on the CPU unless told otherwise.)
+    g = C.compile(text, {"extern_provider": provider, "cpu_native_convolutions": False}, fallback)
     x, w, b = torch.randn(2, 3, 10, 10), torch.randn(4, 3, 3, 3), torch.randn(4)
     (out,) = g.run([x, w, b])
     torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, b, stride=2, padding=1),
@@ -193,12 +194,13 @@ def test_auto_provider_matmul_library_conv_host():
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     torch.testing.assert_close(g.run([a, b])[0], a @ b, rtol=1e-4, atol=1e-4)
     assert calls == []
-    # (A dense 3x3 convolution: 1x1 and depthwise ones are coil's own on the CPU.)
+    # (1x1, depthwise and small dense convolutions are coil's own on the CPU unless told
+    # otherwise.)
     conv = """graph(%0: f32[1, 2, 5, 5], %1: f32[3, 2, 3, 3]):
   %2: f32[1, 3, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)
   return (%2)
 """
-    g = C.compile(conv, {}, fallback)
+    g = C.compile(conv, {"cpu_native_convolutions": False}, fallback)
     assert "(host)" in g.describe()
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     torch.testing.assert_close(g.run([x, w])[0], torch.nn.functional.conv2d(x, w, padding=1))

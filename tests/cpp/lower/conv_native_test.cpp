@@ -1,7 +1,7 @@
 // CPU convolutions that coil computes itself (src/lower/conv_native.cpp): 1x1 convolutions as
-// products on the input's memory and depthwise convolutions as pointwise loops, against a
-// brute-force convolution, through the reference interpreter. Dense KxK convolutions stay
-// externs.
+// products on the input's memory, depthwise convolutions as pointwise loops and small dense
+// ones as a product over their gathered windows, against a brute-force convolution, through
+// the reference interpreter. Large dense and grouped convolutions stay externs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -141,11 +141,24 @@ TEST(ConvNative, DepthwiseWithDilationAndChannelMultiplier) {
   check_case({2, 3, 6, 6, 6, 3, 2, 0, 1, 3, false, false}, {});
 }
 
-TEST(ConvNative, DenseAndGroupedConvolutionsStayExterns) {
-  check_case({2, 4, 6, 6, 6, 3, 1, 1, 1, 1, true, true}, {ExternKind::Convolution});
+// Small dense convolutions: a gather of every output pixel's window, then one product.
+TEST(ConvNative, SmallDenseIsOneProductOverGatheredWindows) {
+  check_case({2, 4, 6, 6, 6, 3, 1, 1, 1, 1, true, true}, {ExternKind::Mm});
+  check_case({2, 3, 9, 9, 5, 3, 2, 1, 1, 1, false, false}, {ExternKind::Mm});
+  check_case({1, 4, 10, 10, 3, 3, 1, 2, 2, 1, true, true}, {ExternKind::Mm});
+  check_case({2, 3, 11, 11, 4, 7, 2, 3, 1, 1, true, false}, {ExternKind::Mm});
+  check_case({2, 5, 8, 7, 3, 2, 3, 0, 1, 1, false, true}, {ExternKind::Mm});
+  // A padded 1x1 convolution is not a product of the input's pixels, but of their windows.
+  check_case({2, 4, 5, 5, 6, 1, 1, 1, 1, 1, false, true}, {ExternKind::Mm});
+  // Few pixels for many output channels: windows channel-major, the OIHW weight read in place.
+  check_case({1, 5, 3, 3, 8, 3, 1, 0, 1, 1, true, true}, {ExternKind::Mm});
+  check_case({1, 5, 3, 3, 20, 3, 2, 1, 1, 1, false, false}, {ExternKind::Mm});
+}
+
+TEST(ConvNative, LargeDenseAndGroupedConvolutionsStayExterns) {
+  // 2 * 2048 pixels * 576 * 64 = 151 MFLOP: oneDNN's direct convolution is faster there.
+  check_case({2, 64, 32, 32, 64, 3, 1, 1, 1, 1, false, true}, {ExternKind::Convolution});
   check_case({2, 4, 6, 6, 6, 3, 1, 1, 1, 2, true, false}, {ExternKind::Convolution});
-  // A padded 1x1 convolution is not a product of the input's pixels.
-  check_case({2, 4, 5, 5, 6, 1, 1, 1, 1, 1, false, true}, {ExternKind::Convolution});
 }
 
 // --- convolution_backward
@@ -230,9 +243,22 @@ TEST(ConvNative, DepthwiseBackwardIsLoops) {
   check_backward({1, 3, 6, 7, 6, 3, 2, 0, 1, 3, true, false}, {});
 }
 
-TEST(ConvNative, DenseBackwardStaysAnExtern) {
-  const std::string text = R"(graph(%0: f32[2, 6, 4, 4], %1: f32[2, 3, 4, 4], %2: f32[6, 3, 3, 3]):
-  %3: f32[2, 3, 4, 4], %4: f32[6, 3, 3, 3] = aten.convolution_backward.default(%0, %1, %2, [6], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, false])
+TEST(ConvNative, SmallDenseBackwardIsProductsAndAScatter) {
+  const std::vector<ExternKind> two{ExternKind::Mm, ExternKind::Mm};
+  check_backward({2, 4, 6, 6, 6, 3, 1, 1, 1, 1, true, true}, two);
+  check_backward({2, 3, 9, 9, 5, 3, 2, 1, 1, 1, true, false}, two);
+  check_backward({1, 4, 10, 10, 3, 3, 1, 2, 2, 1, true, true}, two);
+  check_backward({2, 3, 11, 11, 4, 5, 2, 2, 1, 1, true, true}, two);
+  check_backward({2, 5, 8, 7, 3, 2, 3, 0, 1, 1, true, false}, two);
+  // Channel-major windows.
+  check_backward({1, 5, 3, 3, 8, 3, 1, 0, 1, 1, true, true}, two);
+  check_backward({1, 5, 3, 3, 20, 3, 2, 1, 1, 1, true, false}, two);
+}
+
+TEST(ConvNative, LargeDenseBackwardStaysAnExtern) {
+  const std::string text =
+      R"(graph(%0: f32[2, 64, 32, 32], %1: f32[2, 64, 32, 32], %2: f32[64, 64, 3, 3]):
+  %3: f32[2, 64, 32, 32], %4: f32[64, 64, 3, 3] = aten.convolution_backward.default(%0, %1, %2, [64], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, false])
   return (%3, %4)
 )";
   EXPECT_EQ(extern_kinds(lower_text(text)),

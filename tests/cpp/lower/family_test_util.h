@@ -68,13 +68,24 @@ struct Lowered {
   LowerResult result;
 };
 
-inline Lowered lower_text(const std::string& text, bool strict = true) {
+inline Lowered lower_text(const std::string& text, const CompileOptions& options) {
   Lowered l;
   l.graph = parse_graph(text, *l.ctx);
-  CompileOptions options;
-  options.strict = strict;
   l.result = lower_graph(*l.graph, options);
   return l;
+}
+
+inline Lowered lower_text(const std::string& text, bool strict = true) {
+  CompileOptions options;
+  options.strict = strict;
+  return lower_text(text, options);
+}
+
+// Options under which every convolution stays an extern (none is computed by coil's loops).
+inline CompileOptions extern_convolutions() {
+  CompileOptions options;
+  options.cpu_native_convolutions = false;
+  return options;
 }
 
 inline std::vector<HostTensor> run_text(const std::string& text,

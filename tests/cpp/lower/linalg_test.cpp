@@ -234,7 +234,8 @@ TEST(LinalgLowering, ConvolutionExternLayout) {
   %4: f32[2, 6, 4, 8] = aten.convolution.default(%0, %1, %2, [2, 1], [1], [1, 1], false, [0, 0], 1)
   %5: f32[2, 6, 6, 6] = aten.convolution.default(%3, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)
   return (%4, %5)
-)");
+)",
+      extern_convolutions());
   auto ex = externs(l);
   ASSERT_EQ(ex.size(), 2u);
   EXPECT_EQ(ex[0]->kind, ExternKind::Convolution);
@@ -258,7 +259,8 @@ TEST(LinalgLowering, ConvolutionBackwardActivationsKeepTheGraphLayout) {
   %4: f32[2, 3, 4, 4]{48, 1, 12, 3} = aten.mul.Tensor(%1, 2)
   %5: f32[2, 3, 4, 4]{48, 1, 12, 3}, %6: f32[6, 3, 3, 3] = aten.convolution_backward.default(%3, %4, %2, [6], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, false])
   return (%5, %6)
-)");
+)",
+      extern_convolutions());
   auto ex = externs(l);
   ASSERT_EQ(ex.size(), 1u);
   EXPECT_EQ(ex[0]->kind, ExternKind::ConvolutionBackward);
