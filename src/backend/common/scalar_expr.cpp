@@ -100,6 +100,14 @@ std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprH
       return T + "(" + h.index(in.expr) + ")";
     case InstrKind::Cast: {
       if (in.dtype == DType::Bool) return "(" + a() + " != 0)";
+      if (b.instrs.at(in.operands[0]).dtype == DType::Bool) {
+        // A select, not a conversion: g++ 12 vectorizes no loop that converts a bool to
+        // float next to 64-bit integer arithmetic ("no vectype"), such as dropout's mask times
+        // its value beside the Philox draw; the select vectorizes.
+        const std::string one = fp ? float_literal(1.0, in.dtype) : T + "(1)";
+        const std::string zero = fp ? float_literal(0.0, in.dtype) : T + "(0)";
+        return "(" + a() + " ? " + one + " : " + zero + ")";
+      }
       if (fp) {
         const InstrId x = truncated_float_source(b, in);
         if (x >= 0) {

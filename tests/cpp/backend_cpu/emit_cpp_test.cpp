@@ -513,5 +513,34 @@ TEST(EmitCpp, RowInvariantMaskUnswitchesTheSimdLoop) {
   EXPECT_TRUE(span_vectorized(vec, loops[0])) << run.source.code << "\n" << run.log;
 }
 
+// A bool converted to float beside 64-bit integer arithmetic (dropout: the mask drawn from a
+// Philox counter, times the value): the conversion is emitted as a select, which g++ 12
+// vectorizes; `float(mask)` left the whole loop scalar ("no vectype").
+TEST(EmitCpp, BoolToFloatBesideInt64ArithmeticVectorizes) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  const int64_t N = 1000;
+  auto& c = b.ctx();
+  auto x = b.input(f, {b.c(N)});
+  auto out = b.buffer(f, {b.c(N)});
+  b.node(out, {b.c(N)}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    InstrId hash = bb.index_expr(c.mul(i[0], b.c(2654435761)), DType::Int64);
+    InstrId keep = bb.op(InstrKind::Gt, DType::Bool, hash, bb.constant(1e12, DType::Int64));
+    return bb.op(InstrKind::Mul, f, bb.cast(keep, f), bb.load(x, f, {i[0]}));
+  });
+  b.p.outputs = {out};
+  auto in = std::vector<HostTensor>{random_tensor(f, {N}, 7)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  EXPECT_NE(run.source.code.find("? float(1.0) : float(0.0)"), std::string::npos)
+      << run.source.code;
+  auto loops = simd_loop_lines(run.source.code);
+  ASSERT_EQ(loops.size(), 1u) << run.source.code;
+  EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loops[0])) << run.source.code << "\n"
+                                                                    << run.log;
+}
+
 }  // namespace
 }  // namespace coil::testing

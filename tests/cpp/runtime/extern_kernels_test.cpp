@@ -270,6 +270,27 @@ TEST(IndexPut, AccumulateWithDuplicatesAndNegativeIndices) {
   EXPECT_THROW(kernels::index_put(self, {idx}, {0}, values, true, out), std::out_of_range);
 }
 
+// Whole rows (embedding's backward): one index into dim 0, rows of several dims, double.
+TEST(IndexPut, RowsOfSeveralDimsPut) {
+  auto self = make_tensor<double>(DType::Float64, {6, 2, 4});
+  fill_random<double>(self, 18);
+  auto idx = make_tensor<int64_t>(DType::Int64, {3});
+  int64_t iv[] = {4, -6, 1};
+  std::memcpy(idx.data, iv, sizeof iv);
+  auto values = make_tensor<double>(DType::Float64, {3, 2, 4});
+  fill_random<double>(values, 19);
+  auto out = make_tensor<double>(DType::Float64, {6, 2, 4});
+  kernels::index_put(self, {idx}, {0}, values, false, out);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t c = 0; c < 4; ++c) {
+        double want = at<double>(self, {r, a, c});
+        for (int j = 0; j < 3; ++j)
+          if ((iv[j] + 6) % 6 == r) want = at<double>(values, {j, a, c});
+        EXPECT_EQ(at<double>(out, {r, a, c}), want);
+      }
+}
+
 TEST(IndexPut, TwoIndexedDimsBroadcastValues) {
   // out[:, i, j] = v (indices on dims 1 and 2, adjacent: result shape [2, 3]; v is [1] -> bcast)
   auto self = make_tensor<float>(DType::Float32, {2, 4, 4});
