@@ -562,6 +562,91 @@ std::vector<TensorValue> lower_slice_scatter(LoweringContext& ctx, const Node& n
                         x.inline_reads + sv.inline_reads)};
 }
 
+// as_strided_scatter(self, src, size, stride, offset): self's values, with the elements that
+// self.as_strided(size, stride, offset) would see replaced by src's. Lowered like slice_scatter
+// where that strided view is a box of the output's dense layout: every view dim of size > 1
+// steps along one output dim (by that dim's stride), and the offset is a corner inside the
+// output. Then an output element is in the view when each such dim's index lies in its range
+// and every other dim's index equals the corner's. Anything else (overlapping or skewed views)
+// runs in ATen.
+std::vector<TensorValue> lower_as_strided_scatter(LoweringContext& ctx, const Node& node) {
+  sym::Context& c = ctx.ctx();
+  sym::Context* cx = &c;
+  const TensorValue& x = ctx.arg_value(node, 0, "self");
+  const TensorValue& src = ctx.arg_value(node, 1, "src");
+  const TensorMeta& meta = node.output(0)->meta();
+  const std::vector<int64_t> size = ints_arg(node, 2, "size");
+  const std::vector<int64_t> stride = ints_arg(node, 3, "stride");
+  const Arg* off_arg = node.arg(4, "storage_offset");
+  const int64_t rank = static_cast<int64_t>(x.sizes.size());
+  std::vector<int64_t> out_sizes, out_strides;
+  bool box = size.size() == stride.size() && size.size() == src.sizes.size() &&
+             (off_arg == nullptr || off_arg->is_none() || !off_arg->is_sym());
+  for (int64_t d = 0; box && d < rank; ++d) {
+    const auto n = c.as_const(meta.sizes[d]), st = c.as_const(meta.strides[d]);
+    box = n && st;
+    if (box) {
+      out_sizes.push_back(*n);
+      out_strides.push_back(*st);
+    }
+  }
+  int64_t offset = 0;
+  if (box && off_arg != nullptr && !off_arg->is_none()) offset = off_arg->as_int();
+  // The corner: offset decomposed along the output's dims, largest stride first (dense).
+  std::vector<int64_t> corner(rank, 0), order(rank);
+  for (int64_t d = 0; d < rank; ++d) order[d] = d;
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return out_strides[a] > out_strides[b]; });
+  int64_t rest = offset;
+  for (int64_t d : order) {
+    if (!box) break;
+    if (out_sizes[d] == 1 || out_strides[d] == 0) continue;
+    corner[d] = rest / out_strides[d];
+    rest -= corner[d] * out_strides[d];
+    box = corner[d] < out_sizes[d];
+  }
+  box = box && rest == 0;
+  // Which output dim each view dim of size > 1 steps along.
+  std::vector<int64_t> along(size.size(), -1);
+  std::vector<bool> used(rank, false);
+  for (size_t e = 0; box && e < size.size(); ++e) {
+    if (size[e] == 1) continue;
+    box = false;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (!used[d] && out_sizes[d] > 1 && out_strides[d] == stride[e] &&
+          corner[d] + size[e] <= out_sizes[d]) {
+        along[e] = d;
+        used[d] = true;
+        box = true;
+        break;
+      }
+    }
+  }
+  if (!box) return aten_extern(ctx, node);
+  const DType dt = x.dtype;
+  TensorValue sv = cast_value(ctx, src, dt);
+  auto loader = [x, sv, along, used, corner, rank, cx](BodyBuilder& b,
+                                                       const std::vector<Expr>& idx) {
+    sym::Context& c = *cx;
+    std::vector<Expr> conds;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (used[d]) continue;
+      conds.push_back(c.eq(idx[d], c.constant(corner[d])));
+    }
+    std::vector<Expr> si(along.size(), c.zero());
+    for (size_t e = 0; e < along.size(); ++e) {
+      if (along[e] < 0) continue;
+      const int64_t d = along[e];
+      si[e] = c.sub(idx[d], c.constant(corner[d]));
+      conds.push_back(c.le(c.constant(corner[d]), idx[d]));
+      conds.push_back(c.lt(si[e], sv.sizes[e]));
+    }
+    return load_or(b, c, sv, si, all_of(c, conds), x.load(b, idx));
+  };
+  return {ctx.pointwise(dt, x.sizes, loader, x.inline_cost + sv.inline_cost + 6,
+                        x.inline_reads + sv.inline_reads)};
+}
+
 // --- extern kernels: index_put, scatter, scatter_add, embedding_dense_backward
 
 // IndexPut: inputs {self, index_0..index_{k-1}, values}, ints {accumulate, dim_0..dim_{k-1}}.
@@ -786,6 +871,7 @@ void register_index_lowerings(LoweringRegistry& r) {
   r.add("aten._unsafe_index.Tensor", lower_index);
   r.add("aten.select_scatter.default", lower_select_scatter);
   r.add("aten.slice_scatter.default", lower_slice_scatter);
+  r.add("aten.as_strided_scatter.default", lower_as_strided_scatter);
   // Functional graphs (AOTAutograd) carry index_put; index_put_ is lowered functionally too.
   r.add("aten.index_put.default", lower_index_put);
   r.add("aten.index_put_.default", lower_index_put);
