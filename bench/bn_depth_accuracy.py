@@ -6,14 +6,13 @@ Prints, over the parameter gradients, the median and max ratio of the backend's 
 the float64 model) to eager float32's, and how many exceed the dashboard's factor 2. Options
 after the flags are coil options (cpu_native_convolutions=0 channels_last=0).
 
-Known (2026-11-27, 2 cores), a coil bug not yet explained. With the default weights (seed 0,
-16 discarded layers, 12 blocks) coil's ratio is ~1850: gradient RMSE 3e-4, against 2e-7 for
-eager and 3e-7 for Inductor (ratio ~5). Other weights (--discard 0) give ~5, as Inductor does.
-The ratio stays ~1850 with channels-last activations alone or with gathered convolutions alone;
-with both off (NCHW data, oneDNN convolutions) it is ~3.4. Without the BatchNorms it is ~0.15,
-and the forward output is within 2.5x of eager's error. So a data-dependent loss in the
-backward of BatchNorm on NHWC data, which tv_resnet50's training row also shows (it fails the
-accuracy rule; a 1-4 block net does not).
+History (2026-11-27, 2 cores). With the default weights (seed 0, 16 discarded layers, 12
+blocks) coil's ratio was ~1850: gradient RMSE 3e-4, against 2e-7 for eager and 3e-7 for
+Inductor (ratio ~5). The cause: one ReLU input of block 9, 5e-6 in float64, changed sign in
+coil's forward pass, because coil's BatchNorm statistics summed in one float accumulator. Float
+sums now accumulate in blocks, in double across blocks (docs/decisions.md, "Float sums
+accumulate in blocks"), and the ratio is ~0.87. tests/python/test_reduction_accuracy.py keeps
+this network as a test.
 """
 
 from __future__ import annotations

@@ -511,13 +511,33 @@ class KernelEmitter {
          " - xb : " + std::to_string(kBlock) + ";");
     line(A + " acc[" + std::to_string(kBlock) + "];");
     if (ops.nan_flag) line("int nan_seen[" + std::to_string(kBlock) + "];");
+    // Float sums: `acc` restarts for each block of rows of the innermost reduction loop and
+    // is added into the double `total` after it (blocked_sum says why).
+    const bool blocked = blocked_sum(n, A);
+    const size_t nr = n.reduction_ranges.size();
+    if (blocked) line("double total[" + std::to_string(kBlock) + "];");
     line("for (int64_t j = 0; j < nb; ++j) {");
     ++indent_;
-    line("acc[j] = " + ops.init + ";");
+    line(blocked ? "total[j] = 0;" : "acc[j] = " + ops.init + ";");
     if (ops.nan_flag) line("nan_seen[j] = 0;");
     close();
-    for (size_t j = 0; j < n.reduction_ranges.size(); ++j)
-      open_loop(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j]);
+    for (size_t j = 0; j < nr; ++j) {
+      const std::string var = cpp_identifier(n.reduction_vars[j]->name);
+      if (!blocked || j + 1 < nr) {
+        open_loop(var, n.reduction_ranges[j]);
+        continue;
+      }
+      const std::string end = idx(n.reduction_ranges[j]), R = std::to_string(kSumRows);
+      line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + R +
+           ") {");
+      ++indent_;
+      line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + R + " ? " + end +
+           " : " + var + "_b + " + R + ";");
+      line("for (int64_t j = 0; j < nb; ++j) acc[j] = 0;");
+      line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var +
+           ") {");
+      ++indent_;
+    }
     line("#pragma omp simd");
     line("for (int64_t j = 0; j < nb; ++j) {");
     ++indent_;
@@ -538,13 +558,17 @@ class KernelEmitter {
       }
     }
     close();
-    for (size_t j = 0; j < n.reduction_ranges.size(); ++j) close();
+    if (blocked) {
+      close();
+      line("for (int64_t j = 0; j < nb; ++j) total[j] += acc[j];");
+    }
+    for (size_t j = 0; j < nr; ++j) close();
     line("for (int64_t j = 0; j < nb; ++j) {");
     ++indent_;
     line("const int64_t " + xl + " = xb + j;");
     if (ops.nan_flag) line("if (nan_seen[j]) acc[j] = coil::numeric<" + A + ">::nan();");
     declare_locals();
-    emit_store(n, "acc[j]");
+    emit_store(n, blocked ? A + "(total[j])" : "acc[j]");
     for (size_t m = 1; m < nodes_.size(); ++m) emit_member(m);
     close();
     close();
@@ -566,7 +590,7 @@ class KernelEmitter {
       line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
       line("int64_t best_index = 0;");
     } else {
-      line(A + " acc = " + ops.init + ";");
+      if (!blocked_sum(n, A)) line(A + " acc = " + ops.init + ";");
       // An int OR vectorizes; a bool || reduction made max-reductions 2.5x slower.
       if (ops.nan_flag) line("int nan_seen = 0;");
     }
@@ -579,8 +603,19 @@ class KernelEmitter {
     std::string par = (k == 0 && !arg) ? parallel_clause(inner_numel(n)) : "";
     const size_t nr = n.reduction_ranges.size();
     emit_invariants(n, n.reduction_vars);
+    const bool blocked = blocked_sum(n, A);
+    if (blocked) {
+      // The float `acc` restarts for each block of the innermost loop; `acc_total` is the sum.
+      line("double acc_total = 0;");
+      clause = " reduction(+:acc_total)";
+    }
     for (size_t j = 0; j < nr; ++j) {
       bool first = j == 0, last = j + 1 == nr;
+      if (last && blocked) {
+        open_sum_block(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j],
+                       first ? par : "", simd);
+        break;
+      }
       if (first && !par.empty()) {
         line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + clause +
              par);
@@ -641,9 +676,61 @@ class KernelEmitter {
         line("acc = acc && bool(" + v + ");");
         break;
     }
+    if (blocked) {
+      close();
+      line("acc_total += acc;");
+      close();  // the block loop
+      for (size_t j = 0; j + 1 < nr; ++j) close();
+      emit_store(n, A + "(acc_total)");
+      return;
+    }
     for (size_t j = 0; j < nr; ++j) close();
     if (ops.nan_flag) line("if (nan_seen) acc = coil::numeric<" + A + ">::nan();");
     emit_store(n, arg ? "best_index" : "acc");
+  }
+
+  // Float sums accumulate in blocks of at most kSumBlock iterations of the innermost reduction
+  // loop: a float partial sum, vectorized with its lanes in registers, added once per block
+  // into a double total. One float accumulator over a whole reduction lost ~16 ulps of a
+  // BatchNorm mean over 2 x 32 x 32 elements (the running sum grows while each addend stays
+  // small), 30x eager's error, which accumulates CPU BatchNorm statistics in double; after
+  // ten residual blocks that flipped a ReLU and failed the training accuracy rule. A sum
+  // that one vector loop of at most kSumBlock iterations covers is left as it was.
+  static constexpr int kSumBlock = 1024;
+  // The same for column sums (emit_outer_reduction), in rows: each adds a vector per column.
+  static constexpr int kSumRows = 64;
+  bool blocked_sum(const ComputeNode& n, const std::string& acc_ctype) {
+    if (n.reduce != ReduceKind::Sum || acc_ctype != "float" || n.reduction_ranges.empty())
+      return false;
+    if (n.reduction_ranges.size() > 1) return true;
+    auto c = ctx_.as_const(n.reduction_ranges.back());
+    return !c || *c > kSumBlock;
+  }
+  // Opens `for (var_b...) { float acc = 0; [simd] for (var = var_b; var < var_e...) {`, the
+  // innermost loop of a blocked sum (blocked_sum), with the parallel pragma on the block loop
+  // where the sum is the kernel's whole work; `{ float acc = 0; for (var...) {` where one
+  // block covers the loop.
+  void open_sum_block(const std::string& var, Expr extent, const std::string& par, bool simd) {
+    const std::string end = idx(extent), B = std::to_string(kSumBlock);
+    auto c = ctx_.as_const(extent);
+    if (c && *c <= kSumBlock && par.empty()) {  // one block: a scope for its partial sum
+      line("{");
+      ++indent_;
+      line("float acc = 0;");
+      if (simd) line("#pragma omp simd reduction(+:acc)");
+      open_loop(var, extent);
+      return;
+    }
+    if (!par.empty()) line("#pragma omp parallel for reduction(+:acc_total)" + par);
+    line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + B +
+         ") {");
+    ++indent_;
+    line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + B + " ? " + end + " : " +
+         var + "_b + " + B + ";");
+    line("float acc = 0;");
+    if (simd) line("#pragma omp simd reduction(+:acc)");
+    line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var + ") {");
+    ++indent_;
   }
 
   // ---------------------------------------------------------------- bodies

@@ -368,10 +368,72 @@ TEST(EmitCpp, FullReductionThenPointwise) {
   KernelRun run = compile_and_run(b.p, in);
   ASSERT_EQ(run.schedule.kernels.size(), 1u) << run.schedule.fusion_log;
   EXPECT_EQ(run.schedule.kernels[0].local_buffers, std::vector<int>{s});
+  // The float sum runs in parallel over blocks (blocked_sum); the int sum over elements.
+  EXPECT_NE(run.source.code.find("#pragma omp parallel for reduction(+:acc_total)"),
+            std::string::npos)
+      << run.source.code;
   EXPECT_NE(run.source.code.find("#pragma omp parallel for simd reduction(+:acc)"),
             std::string::npos)
       << run.source.code;
   expect_matches_interpreter(b.p, in, run, 1e-4, 1e-3);
+}
+
+// Float sums accumulate in float over blocks and in double across them: a row sum, a sum over
+// two dims and a column sum (channels-last layout) of 2^17 values near 1 each come within an
+// ulp or two of the exact sum, and the inner loops stay vectorized. One float accumulator
+// over the whole range was ~30 ulps off (BatchNorm statistics: bench/bn_depth_accuracy.py).
+TEST(EmitCpp, FloatSumsAccumulateInBlocksAndStayVectorized) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  const int64_t R = 1 << 17, H = 512, W = 256, C = 32;
+  auto x = b.input(f, {b.c(R)});
+  auto row = b.buffer(f, {});
+  b.node(row, {}, {}, ReduceKind::Sum, {b.c(R)},
+         [&](BodyBuilder& bb, auto&, auto& r) { return bb.load(x, f, {r[0]}); });
+  auto two = b.buffer(f, {});
+  b.node(two, {}, {}, ReduceKind::Sum, {b.c(H), b.c(W)}, [&](BodyBuilder& bb, auto&, auto& r) {
+    return bb.load(x, f, {b.ctx().add(b.ctx().mul(r[0], b.c(W)), r[1])});
+  });
+  auto y = b.input(f, {b.c(C), b.c(R)});  // stored [R][C]: a column sum over R
+  b.p.buffers[y].strides = {b.c(1), b.c(C)};
+  auto col = b.buffer(f, {b.c(C)});
+  b.node(col, {b.c(C)}, {nullptr}, ReduceKind::Sum, {b.c(R)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.load(y, f, {i[0], r[0]});
+         });
+  b.p.outputs = {row, two, col};
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(1.0, 2.0);
+  std::vector<double> xs(R), ys(R * C);
+  for (double& v : xs) v = float(u(gen));
+  for (double& v : ys) v = float(u(gen));
+  auto in = std::vector<HostTensor>{
+      HostTensor::from_doubles(f, {R}, xs),
+      HostTensor::from_doubles(f, {R, C}, ys).as_strided({C, R}, {1, C}, 0)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  double exact = 0;
+  for (double v : xs) exact += v;
+  auto near = [](double got, double want) { return std::abs(got - want) <= 2.5e-7 * want; };
+  EXPECT_TRUE(near(run.outputs[0].to_doubles()[0], exact)) << run.outputs[0].to_doubles()[0];
+  EXPECT_TRUE(near(run.outputs[1].to_doubles()[0], exact)) << run.outputs[1].to_doubles()[0];
+  std::vector<double> cols = run.outputs[2].to_doubles();
+  for (int64_t c = 0; c < C; ++c) {
+    double want = 0;
+    for (int64_t r = 0; r < R; ++r) want += ys[r * C + c];
+    EXPECT_TRUE(near(cols[c], want)) << "column " << c << ": " << cols[c] << " vs " << want;
+  }
+  const std::string& code = run.source.code;
+  EXPECT_NE(code.find("double acc_total = 0;"), std::string::npos) << code;
+  EXPECT_NE(code.find("total[j] += acc[j];"), std::string::npos) << code;
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(code);
+  ASSERT_EQ(loops.size(), 3u) << code;
+  for (auto l : loops)
+    EXPECT_TRUE(span_vectorized(vec, l)) << "loop at line " << l.first << " not vectorized\n"
+                                         << code << "\n"
+                                         << run.log;
 }
 
 TEST(EmitCpp, ProdOverInnerDimAndNumThreads) {
