@@ -54,35 +54,38 @@ RuntimeTensor broadcast_to(const RuntimeTensor& t, const std::vector<int64_t>& s
   return r;
 }
 
-// The common case of index_put, as embedding's backward makes it: one 1-d index into dim 0 of
-// a contiguous float tensor, the values contiguous rows. Each indexed row is added (or
-// copied) as a whole, in a loop that vectorizes; the generic path visits element by element
-// through double. Returns false where the case does not apply.
+// The common case of index_put, as embedding's backward makes it: one index tensor (of any
+// shape: a [batch, seq] of token ids) into dim 0 of a contiguous float tensor, the values
+// contiguous rows. Each indexed row is added (or copied) as a whole, in a loop that vectorizes;
+// the generic path visits element by element through double (0.26 ms for 64 rows of 128 in
+// DistilBERT's backward, where the row loop takes microseconds). Returns false where the case
+// does not apply.
 bool index_rows(const RuntimeTensor& out, const std::vector<RuntimeTensor>& bidx,
                 const std::vector<int64_t>& dims, const RuntimeTensor& vals, bool accumulate) {
-  if (bidx.size() != 1 || dims[0] != 0 || bidx[0].sizes.size() != 1 || out.sizes.empty() ||
-      !is_contiguous(out) || !is_contiguous(vals))
+  if (bidx.size() != 1 || dims[0] != 0 || out.sizes.empty() || !is_contiguous(out) ||
+      !is_contiguous(vals))
     return false;
   if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
   int64_t row = 1;
   for (size_t d = 1; d < out.sizes.size(); ++d) row *= out.sizes[d];
   const RuntimeTensor& ix = bidx[0];
-  const int64_t rows = ix.sizes[0];
   visit_dtype(out.dtype, [&](auto z) {
     using T = decltype(z);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       T* dst_base = static_cast<T*>(out.data);
-      const T* src_base = static_cast<const T*>(vals.data);
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t j = wrap_index(read_index(ix, &i), out.sizes[0], 0, "index_put");
+      const T* src = static_cast<const T*>(vals.data);
+      // The values' rows follow the index's elements in row-major order.
+      for_each_index(ix.sizes, [&](const int64_t* p) {
+        const int64_t j = wrap_index(read_index(ix, p), out.sizes[0], 0, "index_put");
         T* __restrict__ dst = dst_base + j * row;
-        const T* __restrict__ src = src_base + i * row;
+        const T* __restrict__ s = src;
         if (accumulate) {
-          for (int64_t r = 0; r < row; ++r) dst[r] += src[r];
+          for (int64_t r = 0; r < row; ++r) dst[r] += s[r];
         } else {
-          for (int64_t r = 0; r < row; ++r) dst[r] = src[r];
+          for (int64_t r = 0; r < row; ++r) dst[r] = s[r];
         }
-      }
+        src += row;
+      });
     }
   });
   return true;

@@ -291,6 +291,28 @@ TEST(IndexPut, RowsOfSeveralDimsPut) {
       }
 }
 
+// Embedding's backward: a [batch, seq] index of token ids accumulates rows, repeats included
+// (the row path; the values' rows follow the index in row-major order).
+TEST(IndexPut, TwoDimIndexAccumulatesRows) {
+  auto self = make_tensor<float>(DType::Float32, {5, 4});
+  fill_random<float>(self, 20);
+  auto idx = make_tensor<int64_t>(DType::Int64, {2, 3});
+  int64_t iv[] = {3, 0, 3, -1, 2, 0};
+  std::memcpy(idx.data, iv, sizeof iv);
+  auto values = make_tensor<float>(DType::Float32, {2, 3, 4});
+  fill_random<float>(values, 21);
+  auto out = make_tensor<float>(DType::Float32, {5, 4});
+  kernels::index_put(self, {idx}, {0}, values, true, out);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 4; ++c) {
+      double want = at<float>(self, {r, c});
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t b = 0; b < 3; ++b)
+          if ((iv[a * 3 + b] + 5) % 5 == r) want += at<float>(values, {a, b, c});
+      EXPECT_NEAR(at<float>(out, {r, c}), want, 1e-5) << r << "," << c;
+    }
+}
+
 TEST(IndexPut, TwoIndexedDimsBroadcastValues) {
   // out[:, i, j] = v (indices on dims 1 and 2, adjacent: result shape [2, 3]; v is [1] -> bcast)
   auto self = make_tensor<float>(DType::Float32, {2, 4, 4});
