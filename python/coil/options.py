@@ -50,6 +50,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "compile_timeout_s": int,
     "cuda_device": int,
     "cpu_native_convolutions": bool,
+    "cuda_native_depthwise": bool,
     "cpu_gemm": str,
 }
 

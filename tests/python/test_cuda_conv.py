@@ -173,3 +173,52 @@ def test_small_cnn_training_step_matches_eager(channels_last):
     torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-4)
     for g, r in zip(got, ref):
         torch.testing.assert_close(g, r.grad, rtol=1e-3, atol=1e-3)
+
+
+# Depthwise convolutions (groups = channels) are generated loops on the GPU, forward and
+# backward (src/lower/conv_native.cpp; option cuda_native_depthwise): cuDNN's grouped kernel
+# for MobileNetV2's layers was 10-30x slower. name: (input, weight, stride, padding, cl)
+DEPTHWISE = {
+    "3x3_channels_last": ((4, 32, 14, 14), (32, 1, 3, 3), 1, 1, True),
+    "3x3_stride2_nchw": ((2, 24, 15, 15), (24, 1, 3, 3), 2, 1, False),
+    "5x5_multiplier2_channels_last": ((2, 16, 12, 12), (32, 1, 5, 5), 1, 2, True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", sorted(DEPTHWISE))
+def test_depthwise_convolution_is_generated(case, dtype):
+    cc = _need_gpu()
+    xs, ws, stride, padding, cl = DEPTHWISE[case]
+    torch.manual_seed(0)
+    x = torch.randn(xs, device="cuda").to(dtype)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(ws, device="cuda").to(dtype)
+    groups = xs[1]
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        want = _reference_conv(x, w, stride, padding, 1, groups)
+        dy = torch.randn(want.shape, device="cuda").to(dtype).contiguous(
+            memory_format=torch.channels_last if cl else torch.contiguous_format)
+        dx, dw, _ = torch.ops.aten.convolution_backward.default(
+            dy, x, w, [0], [stride] * 2, [padding] * 2, [1] * 2, False, [0] * 2, groups,
+            [True, True, False])
+    text = (f"graph(%0: {_ty(x)}, %1: {_ty(w)}, %2: {_ty(dy)}):\n"
+            f"  %3: {_ty(want)} = aten.convolution.default(%0, %1, None, "
+            f"{_lists(2, stride, padding, 1)}, {groups})\n"
+            f"  %4: {_ty(dx)}, %5: {_ty(dw)} = aten.convolution_backward.default(%2, %0, %1, "
+            f"[0], {_lists(2, stride, padding, 1)}, {groups}, [true, true, false])\n"
+            f"  return (%3, %4, %5)\n")
+    g = _compile(cc, text)
+    assert "convolution" not in g.describe(), g.describe()
+    got, got_dx, got_dw = g.run([x, w, dy], **cc.run_kwargs())
+    tol = TOL[dtype] if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(got_dx, dx, **tol)
+    # The weight gradient sums N*H*W products: compared relative to its scale.
+    scale = dw.float().abs().max().item()
+    assert (got_dw.float() - dw.float()).abs().max().item() <= 2e-2 * scale
+    # With the option off they go to cuDNN.
+    off = C.compile(text, {"cache_dir": "", **cc.compile_options(),
+                           "cuda_conv_allow_tf32": False, "cuda_native_depthwise": False}, None)
+    assert "extern convolution aten.convolution.default" in off.describe(), off.describe()

@@ -41,6 +41,7 @@ namespace coil {
   X(int64_t, compile_timeout_s, 300, false)      /* host compiler killed after; 0: no limit */    \
   X(int64_t, cuda_device, 0, false)              /* CUDA device ordinal the graph runs on */      \
   X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */   \
+  X(bool, cuda_native_depthwise, true, true)     /* CUDA depthwise convs: generated loops */      \
   X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */
 
 struct CompileOptions {
