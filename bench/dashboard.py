@@ -443,6 +443,12 @@ def main() -> int:
         r0 = rows[-1]
         header = (f"Machine: {r0.get('machine', '?')}  \nVersions: "
                   + ", ".join(f"{k} {v}" for k, v in r0.get("versions", {}).items()))
+        machines: dict[str, list[str]] = {}
+        for r in rows:
+            machines.setdefault(r.get("machine", "?"), []).append(f"{r['model']} ({r['mode']})")
+        if len(machines) > 1:  # rows from several machines (H100 and H200 both come)
+            header += "\n\nRows by machine (a figure from one says nothing about another):\n"
+            header += "".join(f"\n- {m}: {', '.join(ms)}" for m, ms in machines.items())
     text = summary(rows, header)
     print(text)
     if a.write:
