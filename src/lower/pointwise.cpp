@@ -1,5 +1,6 @@
 // Pointwise lowerings: elementwise math with PyTorch's type promotion and broadcasting, dtype
 // conversions, copies, and the random pointwise ops.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -456,6 +457,46 @@ Operand tensor_operand(const TensorValue& v) {
   return o;
 }
 
+// Whether `v` is read only by products (mm, addmm, bmm, baddbmm), directly or through view
+// ops, and is not a graph output on the way.
+bool read_only_by_products(const Value* v, const std::vector<const Value*>& outs, int depth = 0) {
+  if (depth > 4 || v->users().empty()) return false;
+  if (std::find(outs.begin(), outs.end(), v) != outs.end()) return false;
+  for (const Node* u : v->users()) {
+    const std::string& op = u->op();
+    if (op == "aten.mm.default" || op == "aten.addmm.default" || op == "aten.bmm.default" ||
+        op == "aten.baddbmm.default")
+      continue;
+    const bool view = op == "aten.view.default" || op == "aten._unsafe_view.default" ||
+                      op == "aten.reshape.default" || op == "aten.permute.default" ||
+                      op == "aten.t.default" || op == "aten.transpose.int" ||
+                      op == "aten.expand.default" || op == "aten.unsqueeze.default" ||
+                      op == "aten.squeeze.dim" || op == "aten.squeeze.dims";
+    if (!view || u->outputs().size() != 1 || !read_only_by_products(u->output(0), outs, depth + 1))
+      return false;
+  }
+  return true;
+}
+
+// A copy (clone, or a _to_copy that keeps the dtype) of a value already in an intermediate
+// buffer, read only by products, reads that buffer instead. The graph is functional, so
+// nothing writes the buffer afterwards, and a product returns no view of its operands. A copy
+// that is a graph output, or read by anything else, still copies: the caller may write an
+// output, and an output must not share storage the graph does not say it shares.
+// DistilBERT's attention copies its input twice (_to_copy, then a clone for the key and value
+// projections): each was a [tokens, hidden] copy before an extern product.
+bool copy_may_alias(LoweringContext& lc, const Node& n, const TensorValue& x) {
+  const Arg* fmt = n.kwarg("memory_format");
+  if (fmt != nullptr && !fmt->is_none()) return false;
+  if (!x.strided || x.strided->base < 0) return false;
+  loop::BufferId root = x.strided->base;
+  while (lc.program().buffer(root).kind == loop::BufferKind::View)
+    root = lc.program().buffer(root).view_of;
+  if (lc.program().buffer(root).kind != loop::BufferKind::Intermediate) return false;
+  const auto& outs = lc.graph().outputs();
+  return read_only_by_products(n.output(0), std::vector<const Value*>(outs.begin(), outs.end()));
+}
+
 }  // namespace
 
 void register_pointwise_lowerings(LoweringRegistry& r) {
@@ -812,13 +853,18 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
     const Arg* mf = n.kwarg("memory_format");
     (void)mf;  // the realized layout follows the graph's output strides
     auto dt = dtype_kwarg(n, 1000, "dtype");
+    if ((!dt || *dt == x.dtype) && copy_may_alias(lc, n, x)) return one(x);
     return one(converted(lc, x, dt.value_or(x.dtype)));
   });
   auto copy_of_self = [](LoweringContext& lc, const Node& n) {
     const TensorValue& x = lc.arg_value(n, 0, "self");
     return one(converted(lc, x, x.dtype));
   };
-  r.add("aten.clone.default", copy_of_self);
+  r.add("aten.clone.default", [copy_of_self](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "self");
+    if (copy_may_alias(lc, n, x)) return one(x);
+    return copy_of_self(lc, n);
+  });
   r.add("aten.lift_fresh_copy.default", copy_of_self);
   r.add("aten.alias.default",
         [](LoweringContext& lc, const Node& n) { return one(lc.arg_value(n, 0, "self")); });

@@ -274,5 +274,39 @@ TEST(LinalgLowering, ConvolutionBackwardActivationsKeepTheGraphLayout) {
   EXPECT_EQ(strides(ex[0]->outputs[0]), (std::vector<int64_t>{48, 1, 12, 3}));
 }
 
+// A clone of a value already in a buffer, read only by a product, reads the buffer in place
+// (clone_may_alias); a clone the graph returns is still a copy.
+TEST(LinalgLowering, CloneReadByAProductReadsItsSourceInPlace) {
+  std::vector<double> a = as_f32(random_values(24, 41)), b = as_f32(random_values(30, 42)),
+                      c = as_f32(random_values(15, 43));
+  const char* text = R"(graph(%0: f32[4, 6], %1: f32[6, 5], %2: f32[5, 3]):
+  %3: f32[4, 5] = aten.mm.default(%0, %1)
+  %4: f32[4, 5] = aten.clone.default(%3)
+  %5: f32[4, 3] = aten.mm.default(%4, %2)
+  return (%5)
+)";
+  Lowered l = lower_text(text);
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 2u);
+  const auto& prog = l.result.program;
+  for (const auto& s : prog.steps) EXPECT_FALSE(std::holds_alternative<loop::ComputeNode>(s));
+  auto outs = loop::interpret(prog, {HostTensor::from_doubles(DType::Float32, {4, 6}, a),
+                                     HostTensor::from_doubles(DType::Float32, {6, 5}, b),
+                                     HostTensor::from_doubles(DType::Float32, {5, 3}, c)});
+  expect_close(outs[0], {4, 3}, matmul_ref(matmul_ref(a, b, 1, 4, 6, 5), c, 1, 4, 5, 3));
+
+  const char* returned = R"(graph(%0: f32[4, 6], %1: f32[6, 5], %2: f32[5, 3]):
+  %3: f32[4, 5] = aten.mm.default(%0, %1)
+  %4: f32[4, 5] = aten.clone.default(%3)
+  %5: f32[4, 3] = aten.mm.default(%4, %2)
+  return (%5, %4, %3)
+)";
+  Lowered r = lower_text(returned);
+  int copies = 0;
+  for (const auto& s : r.result.program.steps)
+    copies += std::holds_alternative<loop::ComputeNode>(s);
+  EXPECT_GE(copies, 1);
+}
+
 }  // namespace
 }  // namespace coil::lower::testing
