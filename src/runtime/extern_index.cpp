@@ -91,6 +91,59 @@ bool index_rows(const RuntimeTensor& out, const std::vector<RuntimeTensor>& bidx
   return true;
 }
 
+// Any other index_put of a float tensor whose values are contiguous in the indexed result's
+// order: the offset of each index position in `out` is computed once (and those of the other
+// dims' positions), then one pass adds (or copies) the values. Bilinear upsampling's backward
+// puts with indices on H and W under N and C: [2, 21, 224, 224] took 11 ms on the
+// per-element path, four times per LR-ASPP training step.
+bool index_by_offsets(const RuntimeTensor& out, const std::vector<RuntimeTensor>& bidx,
+                      const std::vector<int64_t>& dims, const std::vector<int64_t>& bshape,
+                      const std::vector<int64_t>& rest_dims, size_t before,
+                      const RuntimeTensor& vals, bool accumulate) {
+  if (!is_contiguous(vals) || (out.dtype != DType::Float32 && out.dtype != DType::Float64))
+    return false;
+  std::vector<int64_t> at;  // offset in `out` of each index position, row-major over bshape
+  for_each_index(bshape, [&](const int64_t* p) {
+    int64_t o = 0;
+    for (size_t j = 0; j < bidx.size(); ++j)
+      o += wrap_index(read_index(bidx[j], p), out.sizes[dims[j]], dims[j], "index_put") *
+           out.strides[dims[j]];
+    at.push_back(o);
+  });
+  // Offsets of the positions of the dims not indexed, those placed before the indexed ones in
+  // the result and those after.
+  auto offsets = [&](size_t from, size_t to) {
+    std::vector<int64_t> sizes;
+    for (size_t i = from; i < to; ++i) sizes.push_back(out.sizes[rest_dims[i]]);
+    std::vector<int64_t> offs;
+    for_each_index(sizes, [&](const int64_t* p) {
+      int64_t o = 0;
+      for (size_t i = from; i < to; ++i) o += p[i - from] * out.strides[rest_dims[i]];
+      offs.push_back(o);
+    });
+    return offs;
+  };
+  const std::vector<int64_t> outer = offsets(0, before);
+  const std::vector<int64_t> inner = offsets(before, rest_dims.size());
+  visit_dtype(out.dtype, [&](auto z) {
+    using T = decltype(z);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      T* dst = static_cast<T*>(out.data);
+      const T* src = static_cast<const T*>(vals.data);
+      for (int64_t a : outer)
+        for (int64_t b : at) {
+          T* d = dst + a + b;
+          if (accumulate) {
+            for (int64_t c : inner) d[c] += *src++;
+          } else {
+            for (int64_t c : inner) d[c] = *src++;
+          }
+        }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 void index_put(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indices,
@@ -143,6 +196,7 @@ void index_put(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indi
   for (size_t i = before; i < rest_dims.size(); ++i) rshape.push_back(self.sizes[rest_dims[i]]);
   RuntimeTensor vals = broadcast_to(values, rshape, "index_put");
   if (index_rows(out, bidx, dims, vals, accumulate)) return;
+  if (index_by_offsets(out, bidx, dims, bshape, rest_dims, before, vals, accumulate)) return;
   std::vector<int64_t> pos(rank);
   visit_dtype(self.dtype, [&](auto z) {
     using T = decltype(z);

@@ -313,6 +313,29 @@ TEST(IndexPut, TwoDimIndexAccumulatesRows) {
     }
 }
 
+// Bilinear upsampling's backward: indices on H and W (broadcast [3, 1] x [4]) under N and C,
+// contiguous values, repeats accumulated (the offsets path), against a brute-force sum.
+TEST(IndexPut, IndexedInnerDimsAccumulateByOffsets) {
+  auto self = make_tensor<float>(DType::Float32, {2, 3, 5, 6});
+  fill_random<float>(self, 22);
+  auto hi = make_tensor<int64_t>(DType::Int64, {3, 1});
+  auto wi = make_tensor<int64_t>(DType::Int64, {4});
+  int64_t hv[] = {4, 0, 4}, wv[] = {5, 0, -1, 2};
+  std::memcpy(hi.data, hv, sizeof hv);
+  std::memcpy(wi.data, wv, sizeof wv);
+  auto values = make_tensor<float>(DType::Float32, {2, 3, 3, 4});
+  fill_random<float>(values, 23);
+  auto out = make_tensor<float>(DType::Float32, {2, 3, 5, 6});
+  kernels::index_put(self, {hi, wi}, {2, 3}, values, true, out);
+  for_each(out.sizes, [&](auto p) {
+    double want = at<float>(self, p);
+    for (int64_t a = 0; a < 3; ++a)
+      for (int64_t b = 0; b < 4; ++b)
+        if (hv[a] == p[2] && (wv[b] + 6) % 6 == p[3]) want += at<float>(values, {p[0], p[1], a, b});
+    EXPECT_NEAR(at<float>(out, p), want, 1e-5);
+  });
+}
+
 TEST(IndexPut, TwoIndexedDimsBroadcastValues) {
   // out[:, i, j] = v (indices on dims 1 and 2, adjacent: result shape [2, 3]; v is [1] -> bcast)
   auto self = make_tensor<float>(DType::Float32, {2, 4, 4});
