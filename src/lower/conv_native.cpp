@@ -764,6 +764,15 @@ std::optional<Grads> gathered_conv_backward(LoweringContext& ctx, const Node& no
   return out;
 }
 
+// Whether a convolution on this device is computed here, by option: every kind the CPU
+// lowers natively; on the GPU only depthwise ones. cuDNN's grouped kernel for MobileNetV2's bf16
+// channels-last depthwise layers took 350 us where the generated loop takes ~10 (H100); dense
+// convolutions stay with cuDNN.
+bool native_allowed(const LoweringContext& ctx, const TensorMeta& meta) {
+  if (meta.device == Device::CUDA) return ctx.options().cuda_native_depthwise;
+  return meta.device == Device::CPU && ctx.options().cpu_native_convolutions;
+}
+
 }  // namespace
 
 std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
@@ -774,10 +783,8 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
   const TensorValue& weight = ctx.arg_value(node, 2, "weight");
   const TensorMeta& meta = node.output(0)->meta();
   const bool cuda = meta.device == Device::CUDA;  // depthwise only, as in the forward
-  if (cuda ? !ctx.options().cuda_native_depthwise : !ctx.options().cpu_native_convolutions)
-    return std::nullopt;
-  if ((meta.device != Device::CPU && !cuda) || input.sizes.size() != 4 ||
-      weight.sizes.size() != 4 || grad.sizes.size() != 4)
+  if (!native_allowed(ctx, meta) || input.sizes.size() != 4 || weight.sizes.size() != 4 ||
+      grad.sizes.size() != 4)
     return std::nullopt;
   const DType dt = meta.dtype;
   if (!float_type(dt)) return std::nullopt;
@@ -798,15 +805,10 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
                                                       const std::vector<int64_t>& ints) {
   const TensorMeta& meta = node.output(0)->meta();
-  // On the GPU only depthwise convolutions: cuDNN's grouped kernel for MobileNetV2's bf16
-  // channels-last depthwise layers took 350 us where the generated loop takes ~10 (H100);
-  // dense convolutions stay with cuDNN.
-  const bool cuda = meta.device == Device::CUDA;
-  if (cuda ? !ctx.options().cuda_native_depthwise : !ctx.options().cpu_native_convolutions)
-    return std::nullopt;
+  const bool cuda = meta.device == Device::CUDA;  // depthwise only (native_allowed)
   const TensorValue& input = ctx.arg_value(node, 0, "input");
   const TensorValue& weight = ctx.arg_value(node, 1, "weight");
-  if ((meta.device != Device::CPU && !cuda) || input.sizes.size() != 4 || weight.sizes.size() != 4)
+  if (!native_allowed(ctx, meta) || input.sizes.size() != 4 || weight.sizes.size() != 4)
     return std::nullopt;
   const DType dt = meta.dtype;
   if (!float_type(dt)) return std::nullopt;

@@ -36,6 +36,13 @@ inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
 // extern is the graph node itself (kind Fallback: the host runs it by position with the node's
 // tensor inputs; docs/cuda-backend.md). Defined in index.cpp.
 bool on_cuda(const Node& node);
+
+// Whether `op` is a matrix product that coil runs as an extern (mm, addmm, bmm, baddbmm): it
+// reads its operands, realized, and returns no view of them.
+inline bool is_matrix_product(std::string_view op) {
+  return op == "aten.mm.default" || op == "aten.addmm.default" || op == "aten.bmm.default" ||
+         op == "aten.baddbmm.default";
+}
 // Fuses activation `act` into the cuBLASLt epilogue of the CUDA mm/addmm it reads, when nothing
 // else reads that product; returns act's value (the product, now stored activated), or nullopt
 // to lower it as usual. Defined in linalg.cpp.

@@ -464,9 +464,7 @@ bool read_only_by_products(const Value* v, const std::vector<const Value*>& outs
   if (std::find(outs.begin(), outs.end(), v) != outs.end()) return false;
   for (const Node* u : v->users()) {
     const std::string& op = u->op();
-    if (op == "aten.mm.default" || op == "aten.addmm.default" || op == "aten.bmm.default" ||
-        op == "aten.baddbmm.default")
-      continue;
+    if (detail::is_matrix_product(op)) continue;
     const bool view = op == "aten.view.default" || op == "aten._unsafe_view.default" ||
                       op == "aten.reshape.default" || op == "aten.permute.default" ||
                       op == "aten.t.default" || op == "aten.transpose.int" ||

@@ -57,8 +57,8 @@ namespace {
 bool feeds_products(const Value* v) {
   for (const Node* u : v->users()) {
     const std::string& op = u->op();
-    if (op != "aten.mm.default" && op != "aten.addmm.default" && op != "aten.permute.default" &&
-        op != "aten.t.default" && op != "aten.transpose.int")
+    if (!detail::is_matrix_product(op) && op != "aten.permute.default" && op != "aten.t.default" &&
+        op != "aten.transpose.int")
       return false;
   }
   return true;

@@ -1,11 +1,9 @@
-"""index_put's fast paths on the CPU (src/runtime/extern_index.cpp) against eager.
+"""index_put's fast path on the CPU (src/runtime/extern_index.cpp: index_by_offsets) against
+eager. It takes every float index set with contiguous values:
+- embedding's backward: [batch, seq] token ids on dim 0, whole rows;
+- bilinear upsampling's backward: indices on H and W under N and C.
 
-- Rows (`index_rows`): one index tensor of any shape on dim 0. Embedding's backward takes this
-  path.
-- Offsets (`index_by_offsets`): any other index set with contiguous values, for example
-  bilinear upsampling's backward, with indices on H and W under N and C.
-
-Both accumulate repeated indices in order.
+Repeated indices accumulate in order.
 """
 
 from __future__ import annotations

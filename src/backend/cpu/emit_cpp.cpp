@@ -527,12 +527,7 @@ class KernelEmitter {
         open_loop(var, n.reduction_ranges[j]);
         continue;
       }
-      const std::string end = idx(n.reduction_ranges[j]), R = std::to_string(kSumRows);
-      line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + R +
-           ") {");
-      ++indent_;
-      line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + R + " ? " + end +
-           " : " + var + "_b + " + R + ";");
+      open_block_loop(var, idx(n.reduction_ranges[j]), kSumRows);
       line("for (int64_t j = 0; j < nb; ++j) acc[j] = 0;");
       line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var +
            ") {");
@@ -706,12 +701,22 @@ class KernelEmitter {
     auto c = ctx_.as_const(n.reduction_ranges.back());
     return !c || *c > kSumBlock;
   }
+  // Opens `for (var_b = 0; var_b < end; var_b += block) {` and declares `var_e`, the block's
+  // end: the loop over blocks of a blocked sum.
+  void open_block_loop(const std::string& var, const std::string& end, int block) {
+    const std::string B = std::to_string(block);
+    line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + B +
+         ") {");
+    ++indent_;
+    line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + B + " ? " + end + " : " +
+         var + "_b + " + B + ";");
+  }
   // Opens `for (var_b...) { float acc = 0; [simd] for (var = var_b; var < var_e...) {`, the
   // innermost loop of a blocked sum (blocked_sum), with the parallel pragma on the block loop
   // where the sum is the kernel's whole work; `{ float acc = 0; for (var...) {` where one
   // block covers the loop.
   void open_sum_block(const std::string& var, Expr extent, const std::string& par, bool simd) {
-    const std::string end = idx(extent), B = std::to_string(kSumBlock);
+    const std::string end = idx(extent);
     auto c = ctx_.as_const(extent);
     if (c && *c <= kSumBlock && par.empty()) {  // one block: a scope for its partial sum
       line("{");
@@ -722,11 +727,7 @@ class KernelEmitter {
       return;
     }
     if (!par.empty()) line("#pragma omp parallel for reduction(+:acc_total)" + par);
-    line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + B +
-         ") {");
-    ++indent_;
-    line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + B + " ? " + end + " : " +
-         var + "_b + " + B + ";");
+    open_block_loop(var, end, kSumBlock);
     line("float acc = 0;");
     if (simd) line("#pragma omp simd reduction(+:acc)");
     line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var + ") {");
