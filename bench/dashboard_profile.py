@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import dashboard  # noqa: E402
 import dashboard_models  # noqa: E402
 
 
@@ -32,6 +33,7 @@ def main() -> None:
 
     built = dashboard_models.get(a.name).build(a.device, "gpu" if a.device == "cuda" else "cpu")
     model = built.model.eval() if a.mode == "infer" else built.model.train()
+    dashboard._no_dropout(model)  # as the dashboard runs it
     compiled = torch.compile(model, backend="coil")
 
     def step():

@@ -51,4 +51,13 @@ COIL_INLINE int max_threads() { return omp_get_max_threads(); }
 COIL_INLINE int thread_id() { return 0; }
 COIL_INLINE int max_threads() { return 1; }
 #endif
+
+// `v`, which the compiler may no longer treat as a constant. g++ 12 vectorizes no loop that
+// loads with a constant stride of many elements ("no vectype for stmt"), but vectorizes the
+// same load when its stride is a run-time value. The strides of a simd loop's strided loads
+// (a transposed operand) go through this, computed once before the loop.
+COIL_INLINE int64_t runtime_value(int64_t v) {
+  asm("" : "+r"(v));
+  return v;
+}
 }  // namespace coil

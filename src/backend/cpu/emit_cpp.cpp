@@ -196,6 +196,8 @@ class KernelEmitter {
     std::set<BufferId> all = read;
     all.insert(written.begin(), written.end());
     const std::set<BufferId> shared = loop::written_through_alias(p_, all, written);
+    written_ = written;
+    written_.insert(shared.begin(), shared.end());
     for (BufferId b : all) {
       const loop::Buffer& B = buf(b);
       // bool buffers are addressed as bytes: gcc would not vectorize some loops loading
@@ -271,12 +273,132 @@ class KernelEmitter {
     return order;
   }
 
+  // Step of flat index `flat` along `var`, when it is a constant.
+  std::optional<int64_t> const_step(Expr flat, Expr var) {
+    return ctx_.as_const(ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat));
+  }
+
+  // The dim along which some load of a pure pointwise kernel is contiguous while the store's
+  // dim, `inner` (innermost in `order`), strides through it: a transposed operand. -1 when there
+  // is none, when both dims are small enough to stay in cache, or when a load is masked (the
+  // unswitched loop of emit_pure_pointwise keeps those).
+  int transposed_dim(const std::vector<size_t>& order) {
+    const size_t k = k_.outer_ranges.size();
+    const size_t inner = order.back();
+    int found = -1;
+    for (const ComputeNode* n : nodes_) {
+      if (n->index_vars.size() != k) return -1;
+      for (const Instr& in : n->body.instrs) {
+        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+        if (in.mask >= 0) return -1;
+        Expr flat = flat_index(in.buffer, in.index);
+        auto s = const_step(flat, n->index_vars[inner]);
+        if (s && (*s == 0 || *s == 1)) continue;
+        for (size_t d = 0; d < k && found < 0; ++d)
+          if (d != inner && const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1))
+            found = static_cast<int>(d);
+      }
+    }
+    if (found < 0) return -1;
+    auto a = ctx_.as_const(k_.outer_ranges[found]);
+    auto b = ctx_.as_const(k_.outer_ranges[inner]);
+    if (a && b && *a * *b <= kTransposeTile * kTransposeTile) return -1;
+    return found;
+  }
+
+  // A pure pointwise kernel with a transposed operand (transposed_dim `t`) as tiles of
+  // kTransposeTile x kTransposeTile over t and the store's contiguous dim: a tile's rows of the
+  // operand stay in L1 while the inner loop walks its columns. Walking whole rows instead
+  // fetched a new cache line for every element of a 512 x 512 transpose (6x slower).
+  void emit_tiled_pointwise(const std::string& par, std::vector<size_t> order, size_t t) {
+    const size_t k = k_.outer_ranges.size();
+    const size_t inner = order.back();
+    order.erase(std::find(order.begin(), order.end(), t));
+    order.pop_back();
+    const std::string T = std::to_string(kTransposeTile);
+    auto name = [](size_t j) { return "x" + std::to_string(j); };
+    if (!par.empty()) line("#pragma omp parallel for collapse(" + std::to_string(k) + ")" + par);
+    for (size_t j : order) open_loop(name(j), k_.outer_ranges[j]);
+    for (size_t j : {t, inner}) {
+      const std::string v = name(j), end = idx(k_.outer_ranges[j]);
+      line("for (int64_t " + v + "_b = 0; " + v + "_b < " + end + "; " + v + "_b += " + T + ") {");
+      ++indent_;
+    }
+    for (const ComputeNode* n : nodes_) {
+      set_node_names(*n);
+      copy_transposed_tiles(*n, t, inner);
+    }
+    for (size_t j : {t, inner}) {
+      const std::string v = name(j), end = idx(k_.outer_ranges[j]);
+      if (j == inner) {
+        if (nodes_.size() == 1) {
+          set_node_names(*nodes_[0]);
+          emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
+        }
+        for (const ComputeNode* n : nodes_) {
+          set_node_names(*n);
+          declare_load_strides(*n, n->index_vars.at(j));
+        }
+        line("#pragma omp simd");
+      }
+      line("for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
+           " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {");
+      ++indent_;
+    }
+    declare_locals();
+    for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+    load_strides_.clear();
+    tile_loads_.clear();
+    for (size_t j = 0; j < k + 2; ++j) close();
+  }
+
+  // Inside the block loops of emit_tiled_pointwise: copies the tile of each transposed load
+  // of n (contiguous along dim t, strided along the store's dim `inner`) into a local array
+  // laid out along `inner`, which the simd loop then reads with unit stride (load_expr).
+  // Reading the operand itself in the simd loop left the loop scalar wherever gcc turned the
+  // strided load into a masked one (a load used under a select: "not suitable for strided
+  // load"), 16 ns an element for OPT's attention-probability recomputation.
+  void copy_transposed_tiles(const ComputeNode& n, size_t t, size_t inner) {
+    const std::string T = std::to_string(kTransposeTile);
+    const std::string xt = "x" + std::to_string(t), xs = "x" + std::to_string(inner);
+    auto loop_text = [&](const std::string& v, size_t j) {
+      const std::string end = idx(k_.outer_ranges[j]);
+      return "for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
+             " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {";
+    };
+    for (const Instr& in : n.body.instrs) {
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0) continue;
+      if (written_.count(in.buffer)) continue;  // the kernel writes it: read it in place
+      Expr flat = flat_index(in.buffer, in.index);
+      if (tile_loads_.count(flat)) continue;
+      auto s = const_step(flat, n.index_vars[inner]);
+      if ((s && (*s == 0 || *s == 1)) || const_step(flat, n.index_vars[t]) != 1) continue;
+      const loop::Buffer& B = buf(in.buffer);
+      const std::string name = "tile" + std::to_string(next_tile_++);
+      const std::string at = T + "*(" + xt + " - " + xt + "_b) + " + xs + " - " + xs + "_b";
+      line((B.dtype == DType::Bool ? std::string("uint8_t") : ctype(B.dtype)) + " " + name + "[" +
+           std::to_string(kTransposeTile * kTransposeTile) + "];");
+      line(loop_text(xs, inner));
+      ++indent_;
+      line(loop_text(xt, t));
+      ++indent_;
+      line(name + "[" + at + "] = " + B.name + "[" + idx(flat) + "];");
+      close();
+      close();
+      tile_loads_[flat] = name + "[" + at + "]";
+    }
+  }
+
   void emit_pure_pointwise(const std::string& par) {
     const size_t k = k_.outer_ranges.size();
     const std::vector<size_t> order = pointwise_loop_order();
     bool simd = true;
     for (const ComputeNode* n : nodes_)
-      simd = simd && vectorizable(*n, n->index_vars.at(order.back()), true);
+      simd = simd && vectorizable(*n, n->index_vars.at(order.back()), true, true);
+    if (const int t = simd && k >= 2 ? transposed_dim(order) : -1; t >= 0) {
+      emit_tiled_pointwise(par, order, static_cast<size_t>(t));
+      return;
+    }
     for (size_t jj = 0; jj < k; ++jj) {
       const size_t j = order[jj];
       bool last = jj + 1 == k;
@@ -284,6 +406,12 @@ class KernelEmitter {
         // Invariants of the innermost loop (masks of a padded row) go before it.
         set_node_names(*nodes_[0]);
         emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
+      }
+      if (last && simd) {
+        for (const ComputeNode* n : nodes_) {
+          set_node_names(*n);
+          declare_load_strides(*n, n->index_vars.at(j));
+        }
       }
 
       if (jj == 0 && !par.empty()) {
@@ -318,6 +446,7 @@ class KernelEmitter {
         }
         line("}");
         forced_masks_.clear();
+        load_strides_.clear();
         for (size_t j2 = 0; j2 + 1 < k; ++j2) close();
         return;
       }
@@ -326,6 +455,7 @@ class KernelEmitter {
     }
     declare_locals();
     for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+    load_strides_.clear();
     for (size_t j = 0; j < k; ++j) close();
   }
 
@@ -347,14 +477,19 @@ class KernelEmitter {
   }
 
   // Whether loads and the store of node n step by 0 or 1 element along `var` (so a simd loop
-  // over var needs no gathers), and no load is data dependent.
-  bool vectorizable(const ComputeNode& n, Expr var, bool check_store) {
+  // over var needs no gathers), and no load is data dependent. With `strided_loads`, loads
+  // may step by any amount that is the same along var (a transposed operand of a pointwise
+  // kernel): each lane's element is loaded on its own, but the arithmetic, where the time of
+  // an erf or exp goes, runs vectorized (declare_load_strides).
+  bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false) {
     if (var == nullptr) return false;
     Expr next = ctx_.add(var, ctx_.one());
     auto stride_ok = [&](Expr flat, bool store) {
       Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
       auto c = ctx_.as_const(d);
-      return c && (*c == 1 || (!store && *c == 0));
+      if (c && (*c == 1 || (!store && *c == 0))) return true;
+      // A load whose index is affine in var (its step does not change along var).
+      return !store && strided_loads && !ctx_.depends_on(d, var);
     };
     std::vector<bool> variant = variant_instrs(n, {var});
     for (size_t i = 0; i < n.body.instrs.size(); ++i) {
@@ -400,8 +535,10 @@ class KernelEmitter {
     } else {
       // Inner pointwise loops over dims k.. of the node.
       std::string par = k == 0 ? parallel_clause(inner_numel(n)) : "";
-      bool simd = vectorizable(n, n.index_vars.back(), true);
+      bool simd = vectorizable(n, n.index_vars.back(), true, true);
       emit_invariants(n, std::vector<Expr>(n.index_vars.begin() + k, n.index_vars.end()));
+      const auto outer_strides = load_strides_;
+      if (simd) declare_load_strides(n, n.index_vars.back());
       for (size_t j = k; j < n.ranges.size(); ++j) {
         bool first = j == k, last = j + 1 == n.ranges.size();
         if (first && !par.empty()) {
@@ -415,6 +552,7 @@ class KernelEmitter {
       std::string v = emit_body(n);
       emit_store(n, v);
       for (size_t j = k; j < n.ranges.size(); ++j) close();
+      load_strides_ = outer_strides;
     }
     index_bases_.clear();  // their names go out of scope here
     --indent_;
@@ -694,6 +832,10 @@ class KernelEmitter {
   static constexpr int kSumBlock = 1024;
   // The same for column sums (emit_outer_reduction), in rows: each adds a vector per column.
   static constexpr int kSumRows = 64;
+  // Side of a tile of a transposed pointwise kernel (emit_tiled_pointwise): 16 rows of 16
+  // floats, one cache line each, were the fastest of 8, 16 and 32 for 128..512 square
+  // transposes on the 2-core AMD EPYC (and 1024 square lost 1.5x to 8).
+  static constexpr int kTransposeTile = 16;
   bool blocked_sum(const ComputeNode& n, const std::string& acc_ctype) {
     if (n.reduce != ReduceKind::Sum || acc_ctype != "float" || n.reduction_ranges.empty())
       return false;
@@ -802,8 +944,37 @@ class KernelEmitter {
   // A flat index as C++: a hoisted base (hoist_index_bases) plus the inner part, or all of it.
   std::string index_text(Expr flat) {
     auto it = index_bases_.find(flat);
-    if (it == index_bases_.end()) return idx(flat);
-    return it->second.first + " + " + idx(it->second.second);
+    std::string base;
+    Expr rest = flat;
+    if (it != index_bases_.end()) {
+      base = it->second.first + " + ";
+      rest = it->second.second;
+    }
+    auto s = load_strides_.find(flat);
+    if (s == load_strides_.end()) return base + idx(rest);
+    Expr var = s->second.second;
+    return base + idx(ctx_.substitute(rest, {{var, ctx_.zero()}})) + " + " + s->second.first + "*" +
+           idx(var);
+  }
+
+  // Before a simd loop over `var` (the node's own loop variable): names each strided load's
+  // step, `const int64_t strideN = coil::runtime_value(64);`, which index_text then prints as
+  // `rest + strideN*var`. The first loads and stores of the node the loop runs are n's.
+  void declare_load_strides(const ComputeNode& n, Expr var) {
+    Expr next = ctx_.add(var, ctx_.one());
+    for (const Instr& in : n.body.instrs) {
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      Expr flat = flat_index(in.buffer, in.index);
+      if (load_strides_.count(flat) || tile_loads_.count(flat)) continue;
+      Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
+      auto c = ctx_.as_const(d);
+      if ((c && (*c == 0 || *c == 1)) || ctx_.depends_on(d, var)) continue;
+      std::string name;
+      do name = "stride" + std::to_string(next_stride_++);
+      while (ctx_.has_symbol(name));
+      line("const int64_t " + name + " = coil::runtime_value(" + idx(d) + ");");
+      load_strides_[flat] = {name, var};
+    }
   }
 
   // Per instruction of n's body: whether its value changes with any of `vars`.
@@ -885,7 +1056,9 @@ class KernelEmitter {
       v = local_name(in.buffer);
     } else {
       const loop::Buffer& B = buf(in.buffer);
-      v = B.name + "[" + index_text(flat_index(in.buffer, in.index)) + "]";
+      const Expr flat = flat_index(in.buffer, in.index);
+      auto tile = tile_loads_.find(flat);
+      v = tile != tile_loads_.end() ? tile->second : B.name + "[" + index_text(flat) + "]";
       if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
     }
     if (in.mask >= 0) {
@@ -910,6 +1083,13 @@ class KernelEmitter {
   // flat index -> (name of its hoisted base, inner part): the current node's loads and store
   std::unordered_map<Expr, std::pair<std::string, Expr>> index_bases_;
   int next_base_ = 0;  // base0, base1, ... within the kernel
+  // flat index of a strided load in a simd loop -> (name of its step, the loop's variable)
+  std::unordered_map<Expr, std::pair<std::string, Expr>> load_strides_;
+  int next_stride_ = 0;  // stride0, stride1, ... within the kernel
+  // flat index of a transposed load -> its element of the local tile (copy_transposed_tiles)
+  std::unordered_map<Expr, std::string> tile_loads_;
+  int next_tile_ = 0;
+  std::set<BufferId> written_;  // buffers the kernel writes, and those aliasing them
   std::unordered_map<Expr, std::string> sym_names_;
   int indent_ = 0;
 };

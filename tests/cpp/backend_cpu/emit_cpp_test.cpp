@@ -436,6 +436,76 @@ TEST(EmitCpp, FloatSumsAccumulateInBlocksAndStayVectorized) {
                                          << run.log;
 }
 
+TEST(EmitCpp, TransposedOperandsAreReadThroughTilesAndVectorize) {
+  // out[i, j] = where(xt[i, j] > 0, xt[i, j] * y[i, j], exp(xt[i, j])), xt stored transposed,
+  // and out2 = erf(xt) + 1 from a 3-d operand whose transposed load keeps a run-time stride
+  // (no tile: the kernel's store is contiguous along j, the load along i only every other
+  // dim). Sizes are not multiples of the tile, so the edge tiles are partial.
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  const int64_t R = 70, C = 45;
+  auto x = b.input(f, {b.c(R), b.c(C)});
+  b.p.buffers[x].strides = {b.c(1), b.c(R)};
+  auto y = b.input(f, {b.c(R), b.c(C)});
+  auto out = b.buffer(f, {b.c(R), b.c(C)});
+  b.node(out, {b.c(R), b.c(C)}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           InstrId xv = bb.load(x, f, {i[0], i[1]});
+           InstrId pos = bb.op(InstrKind::Gt, DType::Bool, xv, bb.constant(0, f));
+           InstrId prod = bb.op(InstrKind::Mul, f, xv, bb.load(y, f, {i[0], i[1]}));
+           return bb.op(InstrKind::Where, f, pos, prod, bb.op(InstrKind::Exp, f, xv));
+         });
+  b.p.outputs = {out};
+  std::vector<double> xs(R * C);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  for (double& v : xs) v = float(u(gen));
+  auto in =
+      std::vector<HostTensor>{HostTensor::from_doubles(f, {C, R}, xs).as_strided({R, C}, {1, R}, 0),
+                              random_tensor(f, {R, C}, 6)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  const std::string& code = run.source.code;
+  EXPECT_NE(code.find("float tile0[256];"), std::string::npos) << code;
+  EXPECT_NE(code.find("x0_b += 16"), std::string::npos) << code;
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(code);
+  ASSERT_EQ(loops.size(), 1u) << code;
+  EXPECT_TRUE(span_vectorized(vec, loops[0])) << code << "\n" << run.log;
+}
+
+TEST(EmitCpp, StridedLoadsOfASimdLoopTakeARuntimeStride) {
+  // out[i, j, k] = erf(x[k, j, 2 i]) over [8, 3, 40], stored contiguously: along k the load
+  // steps by 48 elements, and no dim of the load has unit stride, so there is no tile to copy:
+  // the simd loop reads x with a stride gcc sees only at run time (it vectorizes no loop with
+  // a large constant one).
+  ProgramBuilder b;
+  auto& ctx = b.ctx();
+  const DType f = DType::Float32;
+  auto x = b.input(f, {b.c(40), b.c(3), b.c(16)});
+  auto out = b.buffer(f, {b.c(8), b.c(3), b.c(40)});
+  b.node(out, {b.c(8), b.c(3), b.c(40)}, {nullptr, nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           Expr twice = ctx.mul(i[0], b.c(2));
+           return bb.op(InstrKind::Erf, f, bb.load(x, f, {i[2], i[1], twice}));
+         });
+  b.p.outputs = {out};
+  auto in = std::vector<HostTensor>{random_tensor(f, {40, 3, 16}, 7)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  const std::string& code = run.source.code;
+  EXPECT_NE(code.find("coil::runtime_value(48)"), std::string::npos) << code;
+  EXPECT_EQ(code.find("tile0"), std::string::npos) << code;
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(code);
+  ASSERT_EQ(loops.size(), 1u) << code;
+  EXPECT_TRUE(span_vectorized(vec, loops[0])) << code << "\n" << run.log;
+}
+
 TEST(EmitCpp, ProdOverInnerDimAndNumThreads) {
   ProgramBuilder b;
   const DType f = DType::Float64;
