@@ -64,6 +64,22 @@ bool feeds_products(const Value* v) {
   return true;
 }
 
+// Whether some reader of `v` is a matrix product, directly or through views (a transposed
+// weight-gradient operand, a reshape to 2-d).
+bool read_by_a_product(const Value* v, int depth = 0) {
+  for (const Node* u : v->users()) {
+    const std::string& op = u->op();
+    if (detail::is_matrix_product(op)) return true;
+    const bool view = op == "aten.permute.default" || op == "aten.t.default" ||
+                      op == "aten.transpose.int" || op == "aten.view.default" ||
+                      op == "aten._unsafe_view.default" || op == "aten.reshape.default";
+    if (view && depth < 4)
+      for (const Value* o : u->outputs())
+        if (read_by_a_product(o, depth + 1)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void apply_realize_rule(LoweringContext& ctx, const Node& node) {
@@ -84,6 +100,16 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
         ctx.set_value(out, detail::realize_zero_padded(ctx, tv, *cols));
         continue;
       }
+    }
+    // A product reads it from memory, and others read it too: realized once, in its own
+    // layout. The product then reads the buffer in place (transposed where it reads a
+    // transposed view) and the other readers load it, where each would otherwise recompute it
+    // from its inputs and the product would realize a copy of its own: OPT's ReLU gradient
+    // was computed three times per layer, once into a transposed copy for the weight gradient.
+    if (!is_output && distinct > 1 && !tv.strided && tv.inline_reads > 0 &&
+        ctx.options().inline_pointwise && read_by_a_product(out)) {
+      ctx.realize(tv);
+      continue;
     }
     if (realize_reason(tv, distinct, is_output, ctx.options()) != RealizeReason::None) {
       if (is_output) {

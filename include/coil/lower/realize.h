@@ -7,6 +7,8 @@
 //   - inlining it would read more than options.max_inline_reads buffers, or
 //   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
 //   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it), or
+//   - a matrix product reads it (directly or through views) and something else reads it too:
+//     realized once, so that neither the product copies it nor the others recompute it, or
 //   - it is a large CUDA matrix with unaligned columns that only products read (directly or
 //     transposed): realized once, into a zero-padded buffer the products read in place
 //     (lower/linalg.cpp, detail::realize_zero_padded).
