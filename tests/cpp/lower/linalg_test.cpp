@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "coil/loop/printer.h"
 #include "coil/lower/lowering.h"
 #include "family_test_util.h"
 
@@ -306,6 +307,44 @@ TEST(LinalgLowering, CloneReadByAProductReadsItsSourceInPlace) {
   for (const auto& s : r.result.program.steps)
     copies += std::holds_alternative<loop::ComputeNode>(s);
   EXPECT_GE(copies, 1);
+}
+
+TEST(LinalgLowering, GradientReadByProductsAndASumIsComputedOnce) {
+  // A linear layer's backward: the ReLU gradient %4 feeds dX (mm), dW (mm of its transpose)
+  // and the bias gradient (a column sum). Realized once (realize.cpp, read_by_a_product): dW's
+  // product reads it transposed in place and the sum loads it, rather than a transposed copy
+  // for dW and the sum recomputing it from %0 and %1.
+  const int64_t N = 8, H = 16, O = 4, I = 5;
+  std::vector<double> g = as_f32(random_values(N * H, 51)), x = as_f32(random_values(N * H, 52)),
+                      w = as_f32(random_values(H * O, 53)), a = as_f32(random_values(N * I, 54));
+  const char* text = R"(graph(%0: f32[8, 16], %1: f32[8, 16], %2: f32[16, 4], %3: f32[8, 5]):
+  %4: f32[8, 16] = aten.threshold_backward.default(%0, %1, 0)
+  %5: f32[8, 4] = aten.mm.default(%4, %2)
+  %6: f32[16, 8]{1, 16} = aten.t.default(%4)
+  %7: f32[16, 5] = aten.mm.default(%6, %3)
+  %8: f32[16] = aten.sum.dim_IntList(%4, [0])
+  return (%5, %7, %8)
+)";
+  Lowered l = lower_text(text);
+  const auto& prog = l.result.program;
+  int pointwise = 0;
+  for (const auto& s : prog.steps)
+    if (auto* n = std::get_if<loop::ComputeNode>(&s)) pointwise += !n->is_reduction();
+  EXPECT_EQ(pointwise, 1) << loop::print_program(prog);
+  std::vector<double> r(N * H), rt(H * N), bias(H, 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < H; ++j) {
+      r[i * H + j] = x[i * H + j] <= 0 ? 0.0 : g[i * H + j];
+      rt[j * N + i] = r[i * H + j];
+      bias[j] += r[i * H + j];
+    }
+  auto outs = loop::interpret(prog, {HostTensor::from_doubles(DType::Float32, {N, H}, g),
+                                     HostTensor::from_doubles(DType::Float32, {N, H}, x),
+                                     HostTensor::from_doubles(DType::Float32, {H, O}, w),
+                                     HostTensor::from_doubles(DType::Float32, {N, I}, a)});
+  expect_close(outs[0], {N, O}, matmul_ref(r, w, 1, N, H, O));
+  expect_close(outs[1], {H, I}, matmul_ref(rt, a, 1, H, N, I));
+  expect_close(outs[2], {H}, bias);
 }
 
 }  // namespace
