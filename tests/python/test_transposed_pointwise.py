@@ -43,6 +43,9 @@ def test_transposed_operand_matches_eager(shape):
     _check(lambda a: torch.exp(a.transpose(0, -1)).contiguous(), x)
     _check(lambda a: a.transpose(0, -1).to(torch.bfloat16), x)
     _check(lambda a: (a > 0).transpose(0, -1).contiguous(), x)
+    # Two operands read transposed at the same positions (a tile each), one contiguous.
+    _check(lambda a, c: torch.where(c.transpose(0, -1) > 0, torch.exp(a.transpose(0, -1)),
+                                    0).contiguous(), x, torch.randn(*shape))
 
 
 @pytest.mark.parametrize("shape", [(37, 53), (5, 128, 64)], ids=lambda s: "x".join(map(str, s)))

@@ -370,7 +370,7 @@ class KernelEmitter {
       if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0) continue;
       if (written_.count(in.buffer)) continue;  // the kernel writes it: read it in place
       Expr flat = flat_index(in.buffer, in.index);
-      if (tile_loads_.count(flat)) continue;
+      if (tile_loads_.count({in.buffer, flat})) continue;
       auto s = const_step(flat, n.index_vars[inner]);
       if ((s && (*s == 0 || *s == 1)) || const_step(flat, n.index_vars[t]) != 1) continue;
       const loop::Buffer& B = buf(in.buffer);
@@ -385,7 +385,7 @@ class KernelEmitter {
       line(name + "[" + at + "] = " + B.name + "[" + idx(flat) + "];");
       close();
       close();
-      tile_loads_[flat] = name + "[" + at + "]";
+      tile_loads_[{in.buffer, flat}] = name + "[" + at + "]";
     }
   }
 
@@ -965,7 +965,7 @@ class KernelEmitter {
     for (const Instr& in : n.body.instrs) {
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
       Expr flat = flat_index(in.buffer, in.index);
-      if (load_strides_.count(flat) || tile_loads_.count(flat)) continue;
+      if (load_strides_.count(flat) || tile_loads_.count({in.buffer, flat})) continue;
       Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
       auto c = ctx_.as_const(d);
       if ((c && (*c == 0 || *c == 1)) || ctx_.depends_on(d, var)) continue;
@@ -1057,7 +1057,7 @@ class KernelEmitter {
     } else {
       const loop::Buffer& B = buf(in.buffer);
       const Expr flat = flat_index(in.buffer, in.index);
-      auto tile = tile_loads_.find(flat);
+      auto tile = tile_loads_.find({in.buffer, flat});
       v = tile != tile_loads_.end() ? tile->second : B.name + "[" + index_text(flat) + "]";
       if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
     }
@@ -1086,8 +1086,9 @@ class KernelEmitter {
   // flat index of a strided load in a simd loop -> (name of its step, the loop's variable)
   std::unordered_map<Expr, std::pair<std::string, Expr>> load_strides_;
   int next_stride_ = 0;  // stride0, stride1, ... within the kernel
-  // flat index of a transposed load -> its element of the local tile (copy_transposed_tiles)
-  std::unordered_map<Expr, std::string> tile_loads_;
+  // (buffer, flat index) of a transposed load -> its element of the local tile
+  // (copy_transposed_tiles)
+  std::map<std::pair<BufferId, Expr>, std::string> tile_loads_;
   int next_tile_ = 0;
   std::set<BufferId> written_;  // buffers the kernel writes, and those aliasing them
   std::unordered_map<Expr, std::string> sym_names_;
