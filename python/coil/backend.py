@@ -43,7 +43,8 @@ from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph
 from .node_fallback import run_node_eagerly
-from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
+from .layout import (channels_last_convolutions, forward_output_count, forward_outputs_seen,
+                     report_output_strides)
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
 
@@ -187,11 +188,6 @@ def _eager(gm: fx.GraphModule) -> Callable:
     return make_boxed_func(gm)
 
 
-def _runtime_tensor(t: torch.Tensor) -> torch.Tensor:
-    # DLPack export refuses tensors that require grad; coil never differentiates them.
-    return t.detach() if t.requires_grad else t
-
-
 class CoilGraphFn:
     """A boxed callable (AOTAutograd convention: called with one list of args) running a coil
     CompiledGraph and rebuilding the full FX output list."""
@@ -235,7 +231,10 @@ class CoilGraphFn:
 
     def _call(self, args: list) -> list:
         ex = self.exported
-        inputs = [_runtime_tensor(args[i]) for i in ex.input_indices]
+        # Tensors that require grad too, as they are: torch._C._to_dlpack (bindings.cpp)
+        # exports them, and coil never differentiates (a detach() each cost ~0.1 ms a call for
+        # a model's ~100 parameters).
+        inputs = [args[i] for i in ex.input_indices]
         inputs.extend(ex.constants)
         env = None
         release = None
@@ -372,6 +371,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             log.debug("coil: %s: %s", name, note)
             dump.note(note)
         exported = export_graph(gm)
+        if kind == "forward":
+            exported.saved_from = forward_output_count()
         timings["python_export"] = time.perf_counter() - t0
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)
