@@ -43,8 +43,7 @@ from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .fx_export import ExportedGraph, export_graph
 from .node_fallback import run_node_eagerly
-from .layout import (channels_last_convolutions, forward_output_count, forward_outputs_seen,
-                     report_output_strides)
+from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
 
@@ -371,8 +370,6 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             log.debug("coil: %s: %s", name, note)
             dump.note(note)
         exported = export_graph(gm)
-        if kind == "forward":
-            exported.saved_from = forward_output_count()
         timings["python_export"] = time.perf_counter() - t0
         dump.graph_text(exported.text)
         fallback = functools.partial(run_node_eagerly, exported)

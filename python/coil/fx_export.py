@@ -359,12 +359,6 @@ class ExportedGraph:
     # id(view chain) -> its ops with their arguments rebuilt once (_static_view_steps), or None
     # where an argument depends on the call (a symbolic size).
     view_plans: dict = dataclasses.field(default_factory=dict)
-    # A training forward graph: the outputs from this position on are activations saved for
-    # the backward graph, never seen by the caller (AOTAutograd's num_forward). A saved view of
-    # an input (a weight's transpose) is then coil's own output, the same strided window onto
-    # the input's storage, rather than the view ops replayed (3 us each, 33 per BART forward):
-    # autograd never differentiates through a saved activation, so it need not be a view.
-    saved_from: int | None = None
 
     def relayout_inputs(self, inputs: list, args: Sequence[Any],
                         env: dict[str, int] | None) -> list | None:
@@ -385,13 +379,9 @@ class ExportedGraph:
     def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
                         env: dict[str, int] | None = None) -> list:
         out = []
-        saved_from = self.saved_from if self.saved_from is not None else len(self.output_spec)
-        for k, (kind, v) in enumerate(self.output_spec):
+        for kind, v in self.output_spec:
             if kind == "view":
-                if k >= saved_from:
-                    out.append(coil_outs[v[0]])
-                else:
-                    out.append(self._replay_view(v, coil_outs, args, env))
+                out.append(self._replay_view(v, coil_outs, args, env))
             elif kind == "tensor":
                 t = coil_outs[v]
                 want = self.gapped_outputs.get(v)

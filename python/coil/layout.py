@@ -36,8 +36,7 @@ import torch.fx as fx
 
 aten = torch.ops.aten
 
-__all__ = ["channels_last_convolutions", "report_output_strides", "forward_outputs_seen",
-           "forward_output_count"]
+__all__ = ["channels_last_convolutions", "report_output_strides", "forward_outputs_seen"]
 
 
 def _val(n) -> torch.Tensor | None:
@@ -238,17 +237,6 @@ def forward_outputs_seen() -> int | None:
     if tc is None or getattr(tc, "output_strides", None) is None:
         return None  # nobody would hear which strides the saved activations have
     n = getattr(getattr(tc, "fw_metadata", None), "num_forward", None)
-    return n if isinstance(n, int) else None
-
-
-def forward_output_count() -> int | None:
-    """How many leading outputs of the forward graph being compiled reach the caller (mutated
-    inputs, user outputs, intermediate bases); the rest are activations saved for the backward
-    graph. None outside an AOTAutograd forward compile."""
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    n = getattr(getattr(tc, "fw_metadata", None), "num_forward", None) if tc else None
     return n if isinstance(n, int) else None
 
 
