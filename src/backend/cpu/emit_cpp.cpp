@@ -611,25 +611,43 @@ class KernelEmitter {
   // not (a channels-last mean over H and W): accumulators for a block of the last dim, the
   // reduced dims as outer loops. Later members that compute one element per outer point (the
   // mean's division) run in the block's finishing loop.
+  // Several such reductions over the same outer dims (a LayerNorm's weight and bias
+  // gradients, column sums over the tokens) run one after the other, each over its own blocks
+  // of the kept dim; the pointwise members follow the last one. Earlier reductions' results
+  // then live in buffers, not locals.
   bool is_outer_reduction() {
     if (nodes_.empty() || k_.outer_ranges.empty()) return false;
-    for (size_t m = 1; m < nodes_.size(); ++m)
+    size_t r = 0;
+    while (r < nodes_.size() && nodes_[r]->is_reduction()) ++r;
+    if (r == 0) return false;
+    for (size_t m = r; m < nodes_.size(); ++m)
       if (nodes_[m]->is_reduction() || nodes_[m]->ranges.size() != k_.outer_ranges.size())
         return false;
-    const ComputeNode& n = *nodes_[0];
-    if (!n.is_reduction() || n.reduction_vars.empty()) return false;
-    if (n.ranges.size() != k_.outer_ranges.size()) return false;
-    if (n.reduce != ReduceKind::Sum && n.reduce != ReduceKind::Prod &&
-        n.reduce != ReduceKind::Max && n.reduce != ReduceKind::Min) {
-      return false;
+    for (size_t m = 0; m < r; ++m) {
+      const ComputeNode& n = *nodes_[m];
+      if (n.reduction_vars.empty() || n.ranges.size() != k_.outer_ranges.size()) return false;
+      if (n.reduce != ReduceKind::Sum && n.reduce != ReduceKind::Prod &&
+          n.reduce != ReduceKind::Max && n.reduce != ReduceKind::Min) {
+        return false;
+      }
+      if (buf(n.out).dtype == DType::Bool) return false;
+      if (m + 1 < r && locals_.count(n.out)) return false;
+      if (vectorizable(n, n.reduction_vars.back(), false)) return false;
+      if (!vectorizable(n, n.index_vars.back(), true)) return false;
     }
-    if (buf(n.out).dtype == DType::Bool) return false;
-    if (vectorizable(n, n.reduction_vars.back(), false)) return false;
-    return vectorizable(n, n.index_vars.back(), true);
+    return true;
   }
 
   void emit_outer_reduction(const std::string& par) {
-    const ComputeNode& n = *nodes_[0];
+    size_t r = 0;
+    while (r < nodes_.size() && nodes_[r]->is_reduction()) ++r;
+    for (size_t m = 0; m < r; ++m) emit_outer_reduction_block(par, m, m + 1 == r);
+  }
+
+  // The blocked column reduction of member m; with `members`, the pointwise members after it
+  // run in its finishing loop.
+  void emit_outer_reduction_block(const std::string& par, size_t m, bool members) {
+    const ComputeNode& n = *nodes_[m];
     set_node_names(n);
     const size_t k = k_.outer_ranges.size();
     const DType out_t = buf(n.out).dtype;
@@ -702,7 +720,8 @@ class KernelEmitter {
     if (ops.nan_flag) line("if (nan_seen[j]) acc[j] = coil::numeric<" + A + ">::nan();");
     declare_locals();
     emit_store(n, blocked ? A + "(total[j])" : "acc[j]");
-    for (size_t m = 1; m < nodes_.size(); ++m) emit_member(m);
+    if (members)
+      for (size_t p = m + 1; p < nodes_.size(); ++p) emit_member(p);
     close();
     close();
     for (size_t j = 0; j + 1 < k; ++j) close();

@@ -506,6 +506,50 @@ TEST(EmitCpp, StridedLoadsOfASimdLoopTakeARuntimeStride) {
   EXPECT_TRUE(span_vectorized(vec, loops[0])) << code << "\n" << run.log;
 }
 
+TEST(EmitCpp, SeveralColumnSumsEachRunOverBlocksOfColumns) {
+  // Two column sums of y [64, 128] over differently shaped row loops (64, and 2 x 32), and a
+  // pointwise member reading both, in one kernel: each sum accumulates blocks of columns in
+  // a vector loop (emit_outer_reduction_block) instead of striding down each column alone.
+  ProgramBuilder b;
+  auto& ctx = b.ctx();
+  const DType f = DType::Float32;
+  const int64_t R = 64, C = 128;
+  auto y = b.input(f, {b.c(R), b.c(C)});
+  auto s1 = b.buffer(f, {b.c(C)});
+  b.node(s1, {b.c(C)}, {nullptr}, ReduceKind::Sum, {b.c(R)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.load(y, f, {r[0], i[0]});
+         });
+  auto s2 = b.buffer(f, {b.c(C)});
+  b.node(s2, {b.c(C)}, {nullptr}, ReduceKind::Sum, {b.c(2), b.c(32)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           Expr row = ctx.add(ctx.mul(r[0], b.c(32)), r[1]);
+           InstrId v = bb.load(y, f, {row, i[0]});
+           return bb.op(InstrKind::Mul, f, v, v);
+         });
+  auto out = b.buffer(f, {b.c(C)});
+  b.node(out, {b.c(C)}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Add, f, bb.load(s1, f, {i[0]}), bb.load(s2, f, {i[0]}));
+  });
+  b.p.outputs = {s1, s2, out};
+  auto in = std::vector<HostTensor>{random_tensor(f, {R, C}, 9)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  const std::string& code = run.source.code;
+  ASSERT_EQ(run.schedule.kernels.size(), 1u) << code;
+  size_t blocks = 0;
+  for (size_t at = code.find("xb += 64"); at != std::string::npos;
+       at = code.find("xb += 64", at + 1))
+    ++blocks;
+  EXPECT_EQ(blocks, 2u) << code;
+  std::set<int> vec = vectorized_lines(run.log);
+  auto loops = simd_loop_lines(code);
+  ASSERT_EQ(loops.size(), 2u) << code;
+  for (auto l : loops) EXPECT_TRUE(span_vectorized(vec, l)) << code << "\n" << run.log;
+}
+
 TEST(EmitCpp, ProdOverInnerDimAndNumThreads) {
   ProgramBuilder b;
   const DType f = DType::Float64;
