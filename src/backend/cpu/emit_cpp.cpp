@@ -259,10 +259,7 @@ class KernelEmitter {
       if (locals_.count(n->out) || n->index_vars.size() != k) continue;
       Expr flat = flat_index(n->out, n->store_index);
       for (size_t d = 0; d + 1 < k; ++d) {
-        Expr step = ctx_.sub(
-            ctx_.substitute(flat, {{n->index_vars[d], ctx_.add(n->index_vars[d], ctx_.one())}}),
-            flat);
-        if (ctx_.as_const(step) == std::optional<int64_t>(1)) {
+        if (const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
           order.erase(order.begin() + d);
           order.push_back(d);
           break;
@@ -273,9 +270,19 @@ class KernelEmitter {
     return order;
   }
 
-  // Step of flat index `flat` along `var`, when it is a constant.
-  std::optional<int64_t> const_step(Expr flat, Expr var) {
-    return ctx_.as_const(ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat));
+  // How far flat index `flat` moves when `var` grows by one (an expression), and that step
+  // where it is a constant.
+  Expr step(Expr flat, Expr var) {
+    return ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat);
+  }
+  std::optional<int64_t> const_step(Expr flat, Expr var) { return ctx_.as_const(step(flat, var)); }
+
+  // `for (x = x_b; x < min(x_b + tile, extent); ++x) {`: dim j's loop inside its tile.
+  std::string tile_loop_text(size_t j) {
+    const std::string v = "x" + std::to_string(j), end = idx(k_.outer_ranges[j]);
+    const std::string T = std::to_string(kTransposeTile);
+    return "for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
+           " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {";
   }
 
   // The dim along which some load of a pure pointwise kernel is contiguous while the store's
@@ -329,7 +336,6 @@ class KernelEmitter {
       copy_transposed_tiles(*n, t, inner);
     }
     for (size_t j : {t, inner}) {
-      const std::string v = name(j), end = idx(k_.outer_ranges[j]);
       if (j == inner) {
         if (nodes_.size() == 1) {
           set_node_names(*nodes_[0]);
@@ -341,8 +347,7 @@ class KernelEmitter {
         }
         line("#pragma omp simd");
       }
-      line("for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
-           " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {");
+      line(tile_loop_text(j));
       ++indent_;
     }
     declare_locals();
@@ -361,11 +366,6 @@ class KernelEmitter {
   void copy_transposed_tiles(const ComputeNode& n, size_t t, size_t inner) {
     const std::string T = std::to_string(kTransposeTile);
     const std::string xt = "x" + std::to_string(t), xs = "x" + std::to_string(inner);
-    auto loop_text = [&](const std::string& v, size_t j) {
-      const std::string end = idx(k_.outer_ranges[j]);
-      return "for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
-             " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {";
-    };
     for (const Instr& in : n.body.instrs) {
       if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0) continue;
       if (written_.count(in.buffer)) continue;  // the kernel writes it: read it in place
@@ -378,9 +378,9 @@ class KernelEmitter {
       const std::string at = T + "*(" + xt + " - " + xt + "_b) + " + xs + " - " + xs + "_b";
       line((B.dtype == DType::Bool ? std::string("uint8_t") : ctype(B.dtype)) + " " + name + "[" +
            std::to_string(kTransposeTile * kTransposeTile) + "];");
-      line(loop_text(xs, inner));
+      line(tile_loop_text(inner));
       ++indent_;
-      line(loop_text(xt, t));
+      line(tile_loop_text(t));
       ++indent_;
       line(name + "[" + at + "] = " + B.name + "[" + idx(flat) + "];");
       close();
@@ -483,9 +483,8 @@ class KernelEmitter {
   // an erf or exp goes, runs vectorized (declare_load_strides).
   bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false) {
     if (var == nullptr) return false;
-    Expr next = ctx_.add(var, ctx_.one());
     auto stride_ok = [&](Expr flat, bool store) {
-      Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
+      Expr d = step(flat, var);
       auto c = ctx_.as_const(d);
       if (c && (*c == 1 || (!store && *c == 0))) return true;
       // A load whose index is affine in var (its step does not change along var).
@@ -980,12 +979,11 @@ class KernelEmitter {
   // step, `const int64_t strideN = coil::runtime_value(64);`, which index_text then prints as
   // `rest + strideN*var`. The first loads and stores of the node the loop runs are n's.
   void declare_load_strides(const ComputeNode& n, Expr var) {
-    Expr next = ctx_.add(var, ctx_.one());
     for (const Instr& in : n.body.instrs) {
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
       Expr flat = flat_index(in.buffer, in.index);
       if (load_strides_.count(flat) || tile_loads_.count({in.buffer, flat})) continue;
-      Expr d = ctx_.sub(ctx_.substitute(flat, {{var, next}}), flat);
+      Expr d = step(flat, var);
       auto c = ctx_.as_const(d);
       if ((c && (*c == 0 || *c == 1)) || ctx_.depends_on(d, var)) continue;
       std::string name;
