@@ -46,6 +46,7 @@ from .node_fallback import run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
+from .partition import partition_kwargs
 
 log = logging.getLogger("coil")
 
@@ -431,23 +432,6 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
 # The Dynamo backend
 
 
-def _partition(opts: CoilOptions) -> dict[str, Any]:
-    """AOTAutograd's min-cut partitioner where `recompute` is on (and networkx, which it needs,
-    is installed): values cheap to recompute from what the backward saves anyway are
-    recomputed in the backward's fused kernels instead of written out and read back. Off by
-    default (measured slower and larger for GPT-2 training, docs/decisions.md)."""
-    if not opts.recompute:
-        return {}
-    try:
-        import networkx  # noqa: F401
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
-    except ImportError as e:
-        log.info("coil: min-cut partitioner unavailable (%s): saving every activation", e)
-        return {}
-    return {"partition_fn": functools.partial(min_cut_rematerialization_partition,
-                                              compiler="inductor")}
-
-
 # torch.compile's modes (torch.compile forbids mode= together with options=, for every backend).
 KNOWN_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -518,6 +502,6 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         inference_compiler=inference_compiler,
         decompositions=coil_decompositions(),
         keep_inference_input_mutations=opts.input_mutations_in_graph,
-        **_partition(opts),
+        **partition_kwargs(opts.recompute, opts.views_in_backward),
     )
     return disable(compiled)

@@ -69,6 +69,7 @@ def _compile_option_fields() -> dict[str, type]:
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "cuda_graphs": bool, "cse": bool, "recompute": bool,
+                                         "views_in_backward": bool,
                                          "log_softmax_via_logsumexp": bool,
                                          "free_backward_inputs": bool,
                                          "input_mutations_in_graph": bool}
@@ -118,6 +119,9 @@ class CoilOptions:
     # it made GPT-2 training slower (27.1 -> 29.8 ms) and its peak memory larger (6311 ->
     # 7873 MiB); docs/decisions.md.
     recompute: bool = False
+    # With the default partition, a view the backward reads of a value it gets anyway (a
+    # parameter's transpose) is taken again in the backward instead of saved (partition.py).
+    views_in_backward: bool = True
     # Training graphs compute float32 log_softmax / cross_entropy as x - logsumexp(x), so the
     # backward saves the logits and a value per row, not the log-probabilities
     # (log_softmax_rewrite.py).
