@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from .backend import coil_backend, profile_report, report, reset_report, set_profiling
 from .decompositions import coil_decompositions
+from .extending import (register_decomposition, temporary_decomposition,
+                        unregister_decomposition)
 
 __all__ = [
     "coil_backend",
     "coil_decompositions",
     "profile_report",
+    "register_decomposition",
     "report",
     "reset_report",
     "set_profiling",
+    "temporary_decomposition",
+    "unregister_decomposition",
 ]
 __version__ = "0.1.0"
 

@@ -41,6 +41,7 @@ from .cse import eliminate_common_subexpressions
 from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
+from .extending import functionalize_mutating_custom_ops
 from .fx_export import ExportedGraph, export_graph
 from .node_fallback import run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
@@ -361,6 +362,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         C = _load_extension()
         on_cuda = coil_cuda.graph_on_cuda(example_inputs)
         t0 = time.perf_counter()
+        for op in functionalize_mutating_custom_ops(gm):  # auto_functionalized -> a plain op
+            dump.note(f"{op}: mutates its arguments; runs as coil_functional's copying twin")
         merged = eliminate_common_subexpressions(gm) if options.cse else []
         if merged:
             counts = collections.Counter(merged)

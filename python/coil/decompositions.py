@@ -47,6 +47,10 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
 
 Ops that are neither lowered by C++ nor decomposed run through the per-op fallback (the
 eager kernel), so a missing entry costs speed, never correctness.
+
+Users add entries from outside the tree with coil.register_decomposition (extending.py,
+docs/extending/custom-ops.md): coil_decompositions() lays them over this table, so they take
+precedence over the entries here.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from .decomp_pool import pool_decompositions
 from .decomp_sdpa import sdpa_decompositions
 from .decomp_sort import sort_decompositions
 from .decomp_topk import topk_decompositions
+from .extending import user_decompositions
 
 aten = torch.ops.aten
 
@@ -440,5 +445,9 @@ def _table() -> dict:
 
 
 def coil_decompositions() -> dict[torch._ops.OpOverload, Callable]:
-    """The table to pass as `decompositions=` to AOTAutograd (a fresh dict each call)."""
-    return dict(_table())
+    """The table to pass as `decompositions=` to AOTAutograd (a fresh dict each call): coil's
+    own entries, then the user's (coil.register_decomposition, extending.py), which take
+    precedence. Read once per compile."""
+    table = dict(_table())
+    table.update(user_decompositions())
+    return table
