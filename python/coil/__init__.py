@@ -7,10 +7,15 @@ glue: FX graph export, decompositions, options, fallbacks and debug dumps.
 
 from __future__ import annotations
 
+from .torch_logs import import_torch as _import_torch
+
+_import_torch()  # first: TORCH_LOGS may name coil's artifacts (torch_logs.py)
 from .backend import coil_backend, profile_report, report, reset_report, set_profiling
 from .decompositions import coil_decompositions
 from .extending import (register_decomposition, temporary_decomposition,
                         unregister_decomposition)
+from .html_report import write_html_report
+from .torch_logs import register as _register_torch_logs
 
 __all__ = [
     "coil_backend",
@@ -22,6 +27,7 @@ __all__ = [
     "set_profiling",
     "temporary_decomposition",
     "unregister_decomposition",
+    "write_html_report",
 ]
 __version__ = "0.1.0"
 
@@ -51,3 +57,5 @@ def _register() -> None:
 
 
 _register()
+# TORCH_LOGS="+coil,coil_fusion" / torch._logging.set_logs (torch_logs.py).
+_register_torch_logs()
