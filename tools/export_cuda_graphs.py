@@ -49,7 +49,7 @@ def export(case: str, out: Path, size: str = "quick") -> list[Path]:
         if CASES[case].trains:
             result.backward()
         written = []
-        for d in sorted(Path(tmp).iterdir()):
+        for d in sorted(p for p in Path(tmp).iterdir() if p.is_dir()):
             kind = d.name.split("_")[1]  # 000_forward_0_pid... -> forward
             path = out / f"{case}_{kind}.graph"
             path.write_text(as_cuda((d / "01_graph.txt").read_text()))
