@@ -666,16 +666,28 @@ TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const Tenso
   return ctx.from_buffer(out);
 }
 
+// Whether the GPU runtime scatters an accumulating index_put of `dt` itself (an atomic-add
+// kernel, runtime/cuda_index.cpp) rather than through ATen: float32 and float64 values.
+bool scatter_on_device(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
+
 std::vector<TensorValue> lower_index_put(LoweringContext& ctx, const Node& node) {
-  if (on_cuda(node)) return aten_extern(ctx, node);
+  bool accumulate = bool_arg(node, 3, "accumulate", false);
+  const bool cuda = on_cuda(node);
+  if (cuda && !(accumulate && scatter_on_device(out_dtype(node)))) return aten_extern(ctx, node);
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
   COIL_USER_CHECK(rank > 0) << "index_put on a 0-d tensor";
   AdvancedIndex ai = plan_advanced_index(ctx, node.arg(1, "indices"), rank);
   const TensorValue& values = ctx.arg_value(node, 2, "values");
-  bool accumulate = bool_arg(node, 3, "accumulate", false);
   std::vector<TensorValue> idx;
   for (const TensorValue* t : ai.tensors) idx.push_back(*t);
+  // On the GPU the node's own ATen call is the fallback for what the kernel refuses: its
+  // inputs must be the node's (int64 indices as they are, no index planning beyond that).
+  if (cuda) {
+    bool plain = idx.size() == node.input_values().size() - 2;
+    for (const TensorValue& t : idx) plain = plain && t.dtype == DType::Int64;
+    if (!plain) return aten_extern(ctx, node);
+  }
   return {index_put_extern(ctx, node, x, ai.dims, idx, values, accumulate, out_dtype(node))};
 }
 
@@ -804,7 +816,9 @@ std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& nod
 // zeros(num_weights, D) with rows indices[p] += grad[p] (rows equal to padding_idx get nothing),
 // an accumulating IndexPut. scale_grad_by_freq needs per-index counts: not lowered (fallback).
 std::vector<TensorValue> lower_embedding_backward(LoweringContext& ctx, const Node& node) {
-  if (on_cuda(node)) return aten_extern(ctx, node);
+  // On the GPU the runtime's atomic scatter takes every float32/float64 case (int64 flat
+  // indices, one index dim), so ATen's call is never needed as a fallback there.
+  if (on_cuda(node) && !scatter_on_device(out_dtype(node))) return aten_extern(ctx, node);
   sym::Context& c = ctx.ctx();
   sym::Context* cx = &c;
   const TensorValue& grad = ctx.arg_value(node, 0, "grad_output");

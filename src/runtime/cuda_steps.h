@@ -38,6 +38,14 @@ class CudaSteps {
   void pad_copy(const void* src, DType dtype, int64_t rows, int64_t cols, int64_t s0, int64_t s1,
                 void* dst, int64_t drows, int64_t dcols, int64_t ld, void* stream) const;
 
+  // out = self, then out[indices at dims] += values (index_put with accumulate=True), by
+  // atomic adds in a kernel of coil's own (cuda_index.cpp). False, with *why, for what it does
+  // not cover (dtypes other than float32/float64, int32 indices, more than 4 indices, results
+  // of rank > 8): the caller runs ATen's instead.
+  bool index_put_accumulate(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indices,
+                            const std::vector<int64_t>& dims, const RuntimeTensor& values,
+                            const RuntimeTensor& out, void* stream, std::string* why) const;
+
   const backend::cuda::DeviceInfo& device() const { return *kernels_.device; }
 
  private:
@@ -68,6 +76,9 @@ class CudaSteps {
   mutable std::once_flag copy_once_;
   mutable std::shared_ptr<backend::cuda::Module> copy_module_;
   mutable std::array<backend::cuda::CUfunction, 12> copy_fns_{};  // per size: 64-bit, 32-bit, pad
+  mutable std::once_flag index_once_;
+  mutable std::shared_ptr<backend::cuda::Module> index_module_;
+  mutable std::array<backend::cuda::CUfunction, 2> index_fns_{};  // float32, float64
 };
 
 }  // namespace coil::runtime::detail

@@ -342,6 +342,13 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
                     backward, x.dtype, static_cast<int>(x.sizes.size()), call.inputs.size(),
                     call.conv, backward ? &node->ints[node->ints.size() - 3] : nullptr);
           }
+        } else if (node->kind == ExternKind::IndexPut) {
+          // Accumulating index_put of float32/float64 values: coil's atomic scatter
+          // (cuda_index.cpp); it names what it refuses at run time, and ATen runs those.
+          const DType t = call.inputs[0].dtype;
+          library_ok = library_ok && node->ints[0] != 0 &&
+                       node->ints.size() == call.inputs.size() - 1 &&
+                       (t == DType::Float32 || t == DType::Float64);
         } else {
           library_ok = false;
         }

@@ -104,6 +104,14 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
                                  backward ? &call.ints[call.ints.size() - 3] : nullptr, ins, outs,
                                  conv_allow_tf32, *cuda, rc, &why))
         return;
+    } else if (call.kind == ExternKind::IndexPut) {
+      RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
+      const size_t k = ins.size() - 2;
+      std::vector<RuntimeTensor> idx(ins.begin() + 1, ins.begin() + 1 + k);
+      std::vector<int64_t> dims(call.ints.begin() + 1, call.ints.end());
+      if (call.ints[0] != 0 &&
+          cuda->index_put_accumulate(ins[0], idx, dims, ins.back(), out, rc.stream, &why))
+        return;
     } else {
       RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
       if (cuda_matmul(call, ins, out, rc, &why)) return;
