@@ -20,6 +20,7 @@ from .torch_logs import register as _register_torch_logs
 __all__ = [
     "coil_backend",
     "coil_decompositions",
+    "minify",
     "profile_report",
     "register_decomposition",
     "report",
@@ -30,6 +31,15 @@ __all__ = [
     "write_html_report",
 ]
 __version__ = "0.1.0"
+
+
+def minify(model_or_fn, *inputs, **kwargs):
+    """Shrinks the first graph of `model_or_fn` that coil compiles wrongly (mode="accuracy") or
+    fails on (mode="error") to a small repro folder: coil.minifier.minify (imported on first
+    use, so that `python -m coil.minifier` runs the module once)."""
+    from .minifier import minify as _minify
+
+    return _minify(model_or_fn, *inputs, **kwargs)
 
 
 def _register() -> None:
