@@ -158,6 +158,7 @@ std::string print_step(const LoopProgram& p, const Step& step) {
       }
       out += "]";
     }
+    if (ex.fresh_outputs) out += " fresh";
     out += "  # " + (ex.op.empty() ? std::string("?") : ex.op) + ", node " +
            std::to_string(ex.graph_node) + "\n";
   }

@@ -22,7 +22,9 @@ std::vector<TensorValue> lower_fused_attention(LoweringContext& ctx, const Node&
   COIL_USER_CHECK(detail::on_cuda(node))
       << node.op() << ": ATen's fused attention kernel is a CUDA extern; on the CPU "
       << "scaled_dot_product_attention goes through the flash_attention_for_cpu decomposition";
-  return detail::aten_extern(ctx, node);
+  // ATen allocates every output of these ops (never a view of an input): the runtime may
+  // adopt them into storages the memory plan shares (no copy of the attention's result).
+  return detail::aten_extern(ctx, node, /*fresh_outputs=*/true);
 }
 
 }  // namespace

@@ -48,7 +48,10 @@ inline bool is_matrix_product(std::string_view op) {
 // to lower it as usual. Defined in linalg.cpp.
 std::optional<TensorValue> fuse_matmul_epilogue(LoweringContext& ctx, const Node& act,
                                                 loop::MatmulEpilogue epilogue, bool exact_gelu);
-std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node);
+// The node as a host (ATen) extern; fresh_outputs: its op always allocates its results
+// (loop::ExternNode::fresh_outputs).
+std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node,
+                                     bool fresh_outputs = false);
 // A CPU convolution that coil computes itself (1x1 as a product, depthwise as a loop), or
 // nullopt to run it as an extern; `ints` in conv_ints' layout. Defined in conv_native.cpp.
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,

@@ -94,8 +94,9 @@ bool on_cuda(const Node& node) {
   return !node.outputs().empty() && node.output(0)->meta().device == Device::CUDA;
 }
 
-std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node) {
+std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node, bool fresh_outputs) {
   loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Fallback);
+  e.fresh_outputs = fresh_outputs;
   for (const Value* v : node.input_values()) e.inputs.push_back(ctx.as_buffer(ctx.value(v)));
   std::vector<TensorValue> outs;
   for (const Value* v : node.outputs()) {

@@ -266,8 +266,8 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
         // the memory plan shares with other buffers of equal size (dead before it, or written
         // after it): they then use the adopted block. run_extern checks the block is big
         // enough. Other host ops might return an alias of an input, which must not be shared.
-        const bool fresh =
-            node->kind == ExternKind::Convolution || node->kind == ExternKind::ConvolutionBackward;
+        const bool fresh = node->fresh_outputs || node->kind == ExternKind::Convolution ||
+                           node->kind == ExternKind::ConvolutionBackward;
         if (exclusive && !fresh)
           for (BufferId o : m.storage_buffers[r.index])
             if (roots[o].buffer != b) exclusive = false;

@@ -136,6 +136,10 @@ struct ExternNode {
   // kernels) and through its own library path (OpenBLAS) without PyTorch.
   int graph_node = -1;
   std::string op;
+  // The host op always returns newly allocated tensors, never an alias of an input (ATen's
+  // fused attention kernels; convolutions are so by kind): the runtime may then let its result
+  // take over a storage the memory plan shares with other buffers, instead of copying it in.
+  bool fresh_outputs = false;
 };
 
 // Mm / Addmm ints[0] (see COIL_EXTERN_KINDS): the activation cuBLASLt's epilogue applies.
