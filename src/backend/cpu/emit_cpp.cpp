@@ -9,6 +9,10 @@
 //     reduction:                      an accumulator and a loop nest over the reduction range
 //   A kernel whose members are all pointwise over exactly the outer ranges vectorizes its last
 //   outer dim instead.
+//
+// KernelEmitter (kernel_emitter.h) writes one kernel. This file holds its skeleton (emit, the
+// prologue, locals, loops), pointwise kernels (pure pointwise, transposed tiles, members,
+// stores), bodies, instructions and loads, and emit_cpp; emit_cpp_reduce.cpp its reductions.
 #include "coil/backend/cpu/emit_cpp.h"
 
 #include <algorithm>
@@ -21,19 +25,13 @@
 #include "coil/backend/common/scalar_expr.h"
 #include "coil/support/error.h"
 #include "cpp_expr.h"
+#include "kernel_emitter.h"
 
 #pragma GCC diagnostic error "-Wswitch"
 
 namespace coil::backend::cpu {
+namespace detail {
 namespace {
-
-using loop::BufferId;
-using loop::ComputeNode;
-using loop::Instr;
-using loop::InstrId;
-using loop::InstrKind;
-using loop::ReduceKind;
-using sym::Expr;
 
 std::string ctype(DType t) { return std::string(dtype_ctype(t)); }
 
@@ -52,1067 +50,695 @@ bool divides_by_symbol(sym::Context& ctx, Expr e, bool* unsafe) {
 }
 bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
-class KernelEmitter {
- public:
-  KernelEmitter(const loop::LoopProgram& p, const sched::KernelPlan& k,
-                const CompileOptions& options, std::ostringstream& os)
-      : p_(p), ctx_(*p.ctx), k_(k), options_(options), os_(os) {
-    locals_.insert(k.local_buffers.begin(), k.local_buffers.end());
-    for (int st : k.steps) nodes_.push_back(&std::get<ComputeNode>(p.steps.at(st)));
-    for (const ComputeNode* n : nodes_)
-      for (const Instr& in : n->body.instrs)
-        masked_loads_ = masked_loads_ || (in.kind == InstrKind::Load && in.mask >= 0);
-  }
+}  // namespace
 
-  void emit() {
-    header_comment();
-    // Static kernels print as they always have (no attribute).
-    const std::string attrs = has_symbolic_extent() ? "COIL_SYMBOLIC_EXTENTS " : "";
-    line("COIL_KERNEL " + attrs + "void COIL_ENTRY(" + k_.name +
-         ")(void* const* bufs, const int64_t* sizes) {");
-    ++indent_;
-    prologue();
-    const size_t k = k_.outer_ranges.size();
-    bool pure_pointwise = k > 0 && std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
-                            return !n->is_reduction() && n->ranges.size() == k;
-                          });
-    Expr work = outer_numel();
-    Expr max_inner = ctx_.one();
-    for (const ComputeNode* n : nodes_) max_inner = ctx_.max(max_inner, inner_numel(*n));
-    work = ctx_.mul(work, max_inner);
-    std::string par = parallel_clause(work);  // "" = serial
-    if (pure_pointwise) {
-      emit_pure_pointwise(par);
-    } else if (is_outer_reduction()) {
-      emit_outer_reduction(par);
-    } else {
-      for (size_t j = 0; j < k; ++j) {
-        if (j == 0 && !par.empty()) {
-          line("#pragma omp parallel for" +
-               std::string(k > 1 ? " collapse(" + std::to_string(k) + ")" : "") + par);
-        }
-        open_loop("x" + std::to_string(j), k_.outer_ranges[j], par.empty());
+void KernelEmitter::emit() {
+  header_comment();
+  // Static kernels print as they always have (no attribute).
+  const std::string attrs = has_symbolic_extent() ? "COIL_SYMBOLIC_EXTENTS " : "";
+  line("COIL_KERNEL " + attrs + "void COIL_ENTRY(" + k_.name +
+       ")(void* const* bufs, const int64_t* sizes) {");
+  ++indent_;
+  prologue();
+  const size_t k = k_.outer_ranges.size();
+  bool pure_pointwise = k > 0 && std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
+                          return !n->is_reduction() && n->ranges.size() == k;
+                        });
+  Expr work = outer_numel();
+  Expr max_inner = ctx_.one();
+  for (const ComputeNode* n : nodes_) max_inner = ctx_.max(max_inner, inner_numel(*n));
+  work = ctx_.mul(work, max_inner);
+  std::string par = parallel_clause(work);  // "" = serial
+  if (pure_pointwise) {
+    emit_pure_pointwise(par);
+  } else if (is_outer_reduction()) {
+    emit_outer_reduction(par);
+  } else {
+    for (size_t j = 0; j < k; ++j) {
+      if (j == 0 && !par.empty()) {
+        line("#pragma omp parallel for" +
+             std::string(k > 1 ? " collapse(" + std::to_string(k) + ")" : "") + par);
       }
-      declare_locals();
-      for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
-      for (size_t j = 0; j < k; ++j) close();
-    }
-    --indent_;
-    line("}");
-    line("");
-  }
-
- private:
-  // ---------------------------------------------------------------- text helpers
-  void line(std::string s) {
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    if (!s.empty()) os_ << std::string(2 * indent_, ' ');
-    os_ << s << "\n";
-  }
-  // pragma_ok: no OpenMP pragma binds this loop (`#pragma GCC unroll` may not stand between
-  // one and its loop). In a kernel with masked loads (cat, pad), such a loop is kept from
-  // being unrolled completely: g++ 12.2 -O3 miscompiled the outer loop vectorized over a
-  // fully unrolled inner one (masked loads read zeros: fuzz seed 1320's [12, 2] cat, and the
-  // pad of seed 23; HostCompiler.MaskedLoadsInUnrolledInnerLoop). A `#pragma omp simd` loop
-  // is not unrolled before vectorization anyway.
-  void open_loop(const std::string& var, Expr extent, bool pragma_ok = false) {
-    if (pragma_ok && masked_loads_) line("#pragma GCC unroll 1");
-    line("for (int64_t " + var + " = 0; " + var + " < " + idx(extent) + "; ++" + var + ") {");
-    ++indent_;
-  }
-  void close() {
-    --indent_;
-    line("}");
-  }
-
-  // Symbol -> C++ name for the node being emitted: its first k index vars are the kernel's
-  // outer loop variables x0.., everything else keeps its (sanitized) name.
-  std::string idx(Expr e) {
-    return cpp_index_expr(ctx_, e, [this](Expr s) -> std::string {
-      auto it = sym_names_.find(s);
-      return it != sym_names_.end() ? it->second : cpp_identifier(s->name);
-    });
-  }
-
-  void set_node_names(const ComputeNode& n) {
-    sym_names_.clear();
-    for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j) {
-      sym_names_[n.index_vars[j]] = "x" + std::to_string(j);
-    }
-  }
-
-  // ---------------------------------------------------------------- structure
-  void header_comment() {
-    line("// " + k_.name + ": outer " + ranges_text(k_.outer_ranges) + ", " +
-         std::to_string(nodes_.size()) + " node(s)");
-    for (size_t m = 0; m < nodes_.size(); ++m) {
-      const ComputeNode& n = *nodes_[m];
-      std::string s = "//   step" + std::to_string(k_.steps[m]) + " " + buf(n.out).name + " = ";
-      if (n.is_reduction()) {
-        s += "reduce " + std::string(loop::reduce_kind_name(n.reduce)) + " " +
-             ranges_text(n.ranges) + " over " + ranges_text(n.reduction_ranges);
-      } else {
-        s += "pointwise " + ranges_text(n.ranges);
-      }
-      if (locals_.count(n.out)) s += " (local)";
-      line(s);
-    }
-  }
-
-  std::string ranges_text(const std::vector<Expr>& r) {
-    std::string s = "[";
-    for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + ctx_.str(r[i]);
-    return s + "]";
-  }
-
-  const loop::Buffer& buf(BufferId b) const { return p_.buffer(b); }
-
-  // Whether some loop of the kernel runs to a size that is not a constant: gcc then emits its
-  // simd loops with vectorized epilogues, which the prelude's COIL_SYMBOLIC_EXTENTS narrows.
-  bool has_symbolic_extent() const {
-    auto symbolic = [&](const std::vector<Expr>& r) {
-      return std::any_of(r.begin(), r.end(), [&](Expr e) { return !ctx_.as_const(e); });
-    };
-    if (symbolic(k_.outer_ranges)) return true;
-    return std::any_of(nodes_.begin(), nodes_.end(), [&](const ComputeNode* n) {
-      return symbolic(n->ranges) || symbolic(n->reduction_ranges);
-    });
-  }
-
-  void prologue() {
-    for (size_t i = 0; i < p_.size_symbols.size(); ++i) {
-      line("const int64_t " + cpp_identifier(p_.size_symbols[i].symbol->name) + " = sizes[" +
-           std::to_string(i) + "];");
-    }
-    std::set<BufferId> read, written;
-    bool rng = false;
-    for (const ComputeNode* n : nodes_) {
-      if (!locals_.count(n->out)) written.insert(n->out);
-      for (const Instr& in : n->body.instrs) {
-        if (in.kind == InstrKind::Load && !locals_.count(in.buffer)) read.insert(in.buffer);
-        if (in.kind == InstrKind::Rand || in.kind == InstrKind::Randn) rng = true;
-      }
-    }
-    std::set<BufferId> all = read;
-    all.insert(written.begin(), written.end());
-    const std::set<BufferId> shared = loop::written_through_alias(p_, all, written);
-    written_ = written;
-    written_.insert(shared.begin(), shared.end());
-    for (BufferId b : all) {
-      const loop::Buffer& B = buf(b);
-      // bool buffers are addressed as bytes: gcc would not vectorize some loops loading
-      // `bool` (a causal-mask softmax), and the values are 0/1 either way.
-      std::string T = B.dtype == DType::Bool ? "uint8_t" : ctype(B.dtype);
-      bool w = written.count(b) > 0;
-      std::string q = w ? "" : "const ";
-      // A mutated input written through a view and read through another name: no restrict.
-      std::string r = shared.count(b) ? "* " : "* __restrict__ ";
-      line(q + T + r + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) + "];");
-    }
-    if (rng) {
-      COIL_CHECK(p_.rng_state >= 0) << "Rand without an rng_state buffer";
-      line("const int64_t rng_offset = ((const int64_t*)bufs[" + std::to_string(p_.rng_state) +
-           "])[1];");
-    }
-  }
-
-  Expr product(const std::vector<Expr>& v, size_t from = 0) {
-    Expr r = ctx_.one();
-    for (size_t i = from; i < v.size(); ++i) r = ctx_.mul(r, v[i]);
-    return r;
-  }
-  Expr outer_numel() { return product(k_.outer_ranges); }
-  Expr inner_numel(const ComputeNode& n) {
-    return ctx_.mul(product(n.ranges, k_.outer_ranges.size()), product(n.reduction_ranges));
-  }
-
-  // " if(...)" / "" (always) or "" with serial=true.
-  std::string parallel_clause(Expr work) {
-    std::string nt = options_.num_threads > 0
-                         ? " num_threads(" + std::to_string(options_.num_threads) + ")"
-                         : "";
-    if (auto c = ctx_.as_const(work)) {
-      if (*c < options_.parallel_threshold) return "";
-      return nt.empty() ? " " : nt;  // non-empty marks "parallel"
-    }
-    return " if(" + idx(work) + " >= " + cpp_int_literal(options_.parallel_threshold) + ")" + nt;
-  }
-
-  void declare_locals() {
-    for (const ComputeNode* n : nodes_) {
-      if (locals_.count(n->out)) {
-        line(compute_ctype(buf(n->out).dtype) + " " + local_name(n->out) + ";");
-      }
-    }
-  }
-  std::string local_name(BufferId b) { return buf(b).name + "_v"; }
-
-  // Loop order of a pointwise kernel: the dims in order, except that the dim along which the
-  // first stored buffer is contiguous goes innermost (x.t() + 1 keeps x's transposed layout,
-  // and walking it row by row would stride through memory on every store).
-  std::vector<size_t> pointwise_loop_order() {
-    const size_t k = k_.outer_ranges.size();
-    std::vector<size_t> order(k);
-    for (size_t j = 0; j < k; ++j) order[j] = j;
-    if (k < 2) return order;
-    for (const ComputeNode* n : nodes_) {
-      if (locals_.count(n->out) || n->index_vars.size() != k) continue;
-      Expr flat = flat_index(n->out, n->store_index);
-      for (size_t d = 0; d + 1 < k; ++d) {
-        if (const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
-          order.erase(order.begin() + d);
-          order.push_back(d);
-          break;
-        }
-      }
-      break;
-    }
-    return order;
-  }
-
-  // How far flat index `flat` moves when `var` grows by one (an expression), and that step
-  // where it is a constant.
-  Expr step(Expr flat, Expr var) {
-    return ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat);
-  }
-  std::optional<int64_t> const_step(Expr flat, Expr var) { return ctx_.as_const(step(flat, var)); }
-
-  // `for (x = x_b; x < min(x_b + tile, extent); ++x) {`: dim j's loop inside its tile.
-  std::string tile_loop_text(size_t j) {
-    const std::string v = "x" + std::to_string(j), end = idx(k_.outer_ranges[j]);
-    const std::string T = std::to_string(kTransposeTile);
-    return "for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
-           " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {";
-  }
-
-  // The dim along which some load of a pure pointwise kernel is contiguous while the store's
-  // dim, `inner` (innermost in `order`), strides through it: a transposed operand. -1 when there
-  // is none, when both dims are small enough to stay in cache, or when a load is masked (the
-  // unswitched loop of emit_pure_pointwise keeps those).
-  int transposed_dim(const std::vector<size_t>& order) {
-    const size_t k = k_.outer_ranges.size();
-    const size_t inner = order.back();
-    int found = -1;
-    for (const ComputeNode* n : nodes_) {
-      if (n->index_vars.size() != k) return -1;
-      for (const Instr& in : n->body.instrs) {
-        if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-        if (in.mask >= 0) return -1;
-        Expr flat = flat_index(in.buffer, in.index);
-        auto s = const_step(flat, n->index_vars[inner]);
-        if (s && (*s == 0 || *s == 1)) continue;
-        for (size_t d = 0; d < k && found < 0; ++d)
-          if (d != inner && const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1))
-            found = static_cast<int>(d);
-      }
-    }
-    if (found < 0) return -1;
-    auto a = ctx_.as_const(k_.outer_ranges[found]);
-    auto b = ctx_.as_const(k_.outer_ranges[inner]);
-    if (a && b && *a * *b <= kTransposeTile * kTransposeTile) return -1;
-    return found;
-  }
-
-  // A pure pointwise kernel with a transposed operand (transposed_dim `t`) as tiles of
-  // kTransposeTile x kTransposeTile over t and the store's contiguous dim: a tile's rows of the
-  // operand stay in L1 while the inner loop walks its columns. Walking whole rows instead
-  // fetched a new cache line for every element of a 512 x 512 transpose (6x slower).
-  void emit_tiled_pointwise(const std::string& par, std::vector<size_t> order, size_t t) {
-    const size_t k = k_.outer_ranges.size();
-    const size_t inner = order.back();
-    order.erase(std::find(order.begin(), order.end(), t));
-    order.pop_back();
-    const std::string T = std::to_string(kTransposeTile);
-    auto name = [](size_t j) { return "x" + std::to_string(j); };
-    if (!par.empty()) line("#pragma omp parallel for collapse(" + std::to_string(k) + ")" + par);
-    for (size_t j : order) open_loop(name(j), k_.outer_ranges[j]);
-    for (size_t j : {t, inner}) {
-      const std::string v = name(j), end = idx(k_.outer_ranges[j]);
-      line("for (int64_t " + v + "_b = 0; " + v + "_b < " + end + "; " + v + "_b += " + T + ") {");
-      ++indent_;
-    }
-    for (const ComputeNode* n : nodes_) {
-      set_node_names(*n);
-      copy_transposed_tiles(*n, t, inner);
-    }
-    for (size_t j : {t, inner}) {
-      if (j == inner) {
-        if (nodes_.size() == 1) {
-          set_node_names(*nodes_[0]);
-          emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
-        }
-        for (const ComputeNode* n : nodes_) {
-          set_node_names(*n);
-          declare_load_strides(*n, n->index_vars.at(j));
-        }
-        line("#pragma omp simd");
-      }
-      line(tile_loop_text(j));
-      ++indent_;
+      open_loop("x" + std::to_string(j), k_.outer_ranges[j], par.empty());
     }
     declare_locals();
     for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
-    load_strides_.clear();
-    tile_loads_.clear();
-    for (size_t j = 0; j < k + 2; ++j) close();
+    for (size_t j = 0; j < k; ++j) close();
   }
+  --indent_;
+  line("}");
+  line("");
+}
 
-  // Inside the block loops of emit_tiled_pointwise: copies the tile of each transposed load
-  // of n (contiguous along dim t, strided along the store's dim `inner`) into a local array
-  // laid out along `inner`, which the simd loop then reads with unit stride (load_expr).
-  // Reading the operand itself in the simd loop left the loop scalar wherever gcc turned the
-  // strided load into a masked one (a load used under a select: "not suitable for strided
-  // load"), 16 ns an element for OPT's attention-probability recomputation.
-  void copy_transposed_tiles(const ComputeNode& n, size_t t, size_t inner) {
-    const std::string T = std::to_string(kTransposeTile);
-    const std::string xt = "x" + std::to_string(t), xs = "x" + std::to_string(inner);
-    for (const Instr& in : n.body.instrs) {
-      if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0) continue;
-      if (written_.count(in.buffer)) continue;  // the kernel writes it: read it in place
+void KernelEmitter::line(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (!s.empty()) os_ << std::string(2 * indent_, ' ');
+  os_ << s << "\n";
+}
+
+// pragma_ok: no OpenMP pragma binds this loop (`#pragma GCC unroll` may not stand between
+// one and its loop). In a kernel with masked loads (cat, pad), such a loop is kept from
+// being unrolled completely: g++ 12.2 -O3 miscompiled the outer loop vectorized over a
+// fully unrolled inner one (masked loads read zeros: fuzz seed 1320's [12, 2] cat, and the
+// pad of seed 23; HostCompiler.MaskedLoadsInUnrolledInnerLoop). A `#pragma omp simd` loop
+// is not unrolled before vectorization anyway.
+void KernelEmitter::open_loop(const std::string& var, Expr extent, bool pragma_ok) {
+  if (pragma_ok && masked_loads_) line("#pragma GCC unroll 1");
+  line("for (int64_t " + var + " = 0; " + var + " < " + idx(extent) + "; ++" + var + ") {");
+  ++indent_;
+}
+
+void KernelEmitter::close() {
+  --indent_;
+  line("}");
+}
+
+// Symbol -> C++ name for the node being emitted: its first k index vars are the kernel's
+// outer loop variables x0.., everything else keeps its (sanitized) name.
+std::string KernelEmitter::idx(Expr e) {
+  return cpp_index_expr(ctx_, e, [this](Expr s) -> std::string {
+    auto it = sym_names_.find(s);
+    return it != sym_names_.end() ? it->second : cpp_identifier(s->name);
+  });
+}
+
+void KernelEmitter::set_node_names(const ComputeNode& n) {
+  sym_names_.clear();
+  for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j) {
+    sym_names_[n.index_vars[j]] = "x" + std::to_string(j);
+  }
+}
+
+void KernelEmitter::header_comment() {
+  line("// " + k_.name + ": outer " + ranges_text(k_.outer_ranges) + ", " +
+       std::to_string(nodes_.size()) + " node(s)");
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    const ComputeNode& n = *nodes_[m];
+    std::string s = "//   step" + std::to_string(k_.steps[m]) + " " + buf(n.out).name + " = ";
+    if (n.is_reduction()) {
+      s += "reduce " + std::string(loop::reduce_kind_name(n.reduce)) + " " + ranges_text(n.ranges) +
+           " over " + ranges_text(n.reduction_ranges);
+    } else {
+      s += "pointwise " + ranges_text(n.ranges);
+    }
+    if (locals_.count(n.out)) s += " (local)";
+    line(s);
+  }
+}
+
+std::string KernelEmitter::ranges_text(const std::vector<Expr>& r) {
+  std::string s = "[";
+  for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + ctx_.str(r[i]);
+  return s + "]";
+}
+
+// Whether some loop of the kernel runs to a size that is not a constant: gcc then emits its
+// simd loops with vectorized epilogues, which the prelude's COIL_SYMBOLIC_EXTENTS narrows.
+bool KernelEmitter::has_symbolic_extent() const {
+  auto symbolic = [&](const std::vector<Expr>& r) {
+    return std::any_of(r.begin(), r.end(), [&](Expr e) { return !ctx_.as_const(e); });
+  };
+  if (symbolic(k_.outer_ranges)) return true;
+  return std::any_of(nodes_.begin(), nodes_.end(), [&](const ComputeNode* n) {
+    return symbolic(n->ranges) || symbolic(n->reduction_ranges);
+  });
+}
+
+void KernelEmitter::prologue() {
+  for (size_t i = 0; i < p_.size_symbols.size(); ++i) {
+    line("const int64_t " + cpp_identifier(p_.size_symbols[i].symbol->name) + " = sizes[" +
+         std::to_string(i) + "];");
+  }
+  std::set<BufferId> read, written;
+  bool rng = false;
+  for (const ComputeNode* n : nodes_) {
+    if (!locals_.count(n->out)) written.insert(n->out);
+    for (const Instr& in : n->body.instrs) {
+      if (in.kind == InstrKind::Load && !locals_.count(in.buffer)) read.insert(in.buffer);
+      if (in.kind == InstrKind::Rand || in.kind == InstrKind::Randn) rng = true;
+    }
+  }
+  std::set<BufferId> all = read;
+  all.insert(written.begin(), written.end());
+  const std::set<BufferId> shared = loop::written_through_alias(p_, all, written);
+  written_ = written;
+  written_.insert(shared.begin(), shared.end());
+  for (BufferId b : all) {
+    const loop::Buffer& B = buf(b);
+    // bool buffers are addressed as bytes: gcc would not vectorize some loops loading
+    // `bool` (a causal-mask softmax), and the values are 0/1 either way.
+    std::string T = B.dtype == DType::Bool ? "uint8_t" : ctype(B.dtype);
+    bool w = written.count(b) > 0;
+    std::string q = w ? "" : "const ";
+    // A mutated input written through a view and read through another name: no restrict.
+    std::string r = shared.count(b) ? "* " : "* __restrict__ ";
+    line(q + T + r + B.name + " = (" + q + T + "*)bufs[" + std::to_string(b) + "];");
+  }
+  if (rng) {
+    COIL_CHECK(p_.rng_state >= 0) << "Rand without an rng_state buffer";
+    line("const int64_t rng_offset = ((const int64_t*)bufs[" + std::to_string(p_.rng_state) +
+         "])[1];");
+  }
+}
+
+Expr KernelEmitter::product(const std::vector<Expr>& v, size_t from) {
+  Expr r = ctx_.one();
+  for (size_t i = from; i < v.size(); ++i) r = ctx_.mul(r, v[i]);
+  return r;
+}
+
+Expr KernelEmitter::inner_numel(const ComputeNode& n) {
+  return ctx_.mul(product(n.ranges, k_.outer_ranges.size()), product(n.reduction_ranges));
+}
+
+// " if(...)" / "" (always) or "" with serial=true.
+std::string KernelEmitter::parallel_clause(Expr work) {
+  std::string nt =
+      options_.num_threads > 0 ? " num_threads(" + std::to_string(options_.num_threads) + ")" : "";
+  if (auto c = ctx_.as_const(work)) {
+    if (*c < options_.parallel_threshold) return "";
+    return nt.empty() ? " " : nt;  // non-empty marks "parallel"
+  }
+  return " if(" + idx(work) + " >= " + cpp_int_literal(options_.parallel_threshold) + ")" + nt;
+}
+
+void KernelEmitter::declare_locals() {
+  for (const ComputeNode* n : nodes_) {
+    if (locals_.count(n->out)) {
+      line(compute_ctype(buf(n->out).dtype) + " " + local_name(n->out) + ";");
+    }
+  }
+}
+
+// Loop order of a pointwise kernel: the dims in order, except that the dim along which the
+// first stored buffer is contiguous goes innermost (x.t() + 1 keeps x's transposed layout,
+// and walking it row by row would stride through memory on every store).
+std::vector<size_t> KernelEmitter::pointwise_loop_order() {
+  const size_t k = k_.outer_ranges.size();
+  std::vector<size_t> order(k);
+  for (size_t j = 0; j < k; ++j) order[j] = j;
+  if (k < 2) return order;
+  for (const ComputeNode* n : nodes_) {
+    if (locals_.count(n->out) || n->index_vars.size() != k) continue;
+    Expr flat = flat_index(n->out, n->store_index);
+    for (size_t d = 0; d + 1 < k; ++d) {
+      if (const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
+        order.erase(order.begin() + d);
+        order.push_back(d);
+        break;
+      }
+    }
+    break;
+  }
+  return order;
+}
+
+// How far flat index `flat` moves when `var` grows by one (an expression), and that step
+// where it is a constant.
+Expr KernelEmitter::step(Expr flat, Expr var) {
+  return ctx_.sub(ctx_.substitute(flat, {{var, ctx_.add(var, ctx_.one())}}), flat);
+}
+
+// `for (x = x_b; x < min(x_b + tile, extent); ++x) {`: dim j's loop inside its tile.
+std::string KernelEmitter::tile_loop_text(size_t j) {
+  const std::string v = "x" + std::to_string(j), end = idx(k_.outer_ranges[j]);
+  const std::string T = std::to_string(kTransposeTile);
+  return "for (int64_t " + v + " = " + v + "_b; " + v + " < (" + end + " - " + v + "_b < " + T +
+         " ? " + end + " : " + v + "_b + " + T + "); ++" + v + ") {";
+}
+
+// The dim along which some load of a pure pointwise kernel is contiguous while the store's
+// dim, `inner` (innermost in `order`), strides through it: a transposed operand. -1 when there
+// is none, when both dims are small enough to stay in cache, or when a load is masked (the
+// unswitched loop of emit_pure_pointwise keeps those).
+int KernelEmitter::transposed_dim(const std::vector<size_t>& order) {
+  const size_t k = k_.outer_ranges.size();
+  const size_t inner = order.back();
+  int found = -1;
+  for (const ComputeNode* n : nodes_) {
+    if (n->index_vars.size() != k) return -1;
+    for (const Instr& in : n->body.instrs) {
+      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+      if (in.mask >= 0) return -1;
       Expr flat = flat_index(in.buffer, in.index);
-      if (tile_loads_.count({in.buffer, flat})) continue;
-      auto s = const_step(flat, n.index_vars[inner]);
-      if ((s && (*s == 0 || *s == 1)) || const_step(flat, n.index_vars[t]) != 1) continue;
-      const loop::Buffer& B = buf(in.buffer);
-      const std::string name = "tile" + std::to_string(next_tile_++);
-      const std::string at = T + "*(" + xt + " - " + xt + "_b) + " + xs + " - " + xs + "_b";
-      line((B.dtype == DType::Bool ? std::string("uint8_t") : ctype(B.dtype)) + " " + name + "[" +
-           std::to_string(kTransposeTile * kTransposeTile) + "];");
-      line(tile_loop_text(inner));
-      ++indent_;
-      line(tile_loop_text(t));
-      ++indent_;
-      line(name + "[" + at + "] = " + B.name + "[" + idx(flat) + "];");
-      close();
-      close();
-      tile_loads_[{in.buffer, flat}] = name + "[" + at + "]";
+      auto s = const_step(flat, n->index_vars[inner]);
+      if (s && (*s == 0 || *s == 1)) continue;
+      for (size_t d = 0; d < k && found < 0; ++d)
+        if (d != inner && const_step(flat, n->index_vars[d]) == std::optional<int64_t>(1))
+          found = static_cast<int>(d);
     }
   }
+  if (found < 0) return -1;
+  auto a = ctx_.as_const(k_.outer_ranges[found]);
+  auto b = ctx_.as_const(k_.outer_ranges[inner]);
+  if (a && b && *a * *b <= kTransposeTile * kTransposeTile) return -1;
+  return found;
+}
 
-  void emit_pure_pointwise(const std::string& par) {
-    const size_t k = k_.outer_ranges.size();
-    const std::vector<size_t> order = pointwise_loop_order();
-    bool simd = true;
-    for (const ComputeNode* n : nodes_)
-      simd = simd && vectorizable(*n, n->index_vars.at(order.back()), true, true);
-    if (const int t = simd && k >= 2 ? transposed_dim(order) : -1; t >= 0) {
-      emit_tiled_pointwise(par, order, static_cast<size_t>(t));
-      return;
-    }
-    for (size_t jj = 0; jj < k; ++jj) {
-      const size_t j = order[jj];
-      bool last = jj + 1 == k;
-      if (last && nodes_.size() == 1) {
-        // Invariants of the innermost loop (masks of a padded row) go before it.
+// A pure pointwise kernel with a transposed operand (transposed_dim `t`) as tiles of
+// kTransposeTile x kTransposeTile over t and the store's contiguous dim: a tile's rows of the
+// operand stay in L1 while the inner loop walks its columns. Walking whole rows instead
+// fetched a new cache line for every element of a 512 x 512 transpose (6x slower).
+void KernelEmitter::emit_tiled_pointwise(const std::string& par, std::vector<size_t> order,
+                                         size_t t) {
+  const size_t k = k_.outer_ranges.size();
+  const size_t inner = order.back();
+  order.erase(std::find(order.begin(), order.end(), t));
+  order.pop_back();
+  const std::string T = std::to_string(kTransposeTile);
+  auto name = [](size_t j) { return "x" + std::to_string(j); };
+  if (!par.empty()) line("#pragma omp parallel for collapse(" + std::to_string(k) + ")" + par);
+  for (size_t j : order) open_loop(name(j), k_.outer_ranges[j]);
+  for (size_t j : {t, inner}) {
+    const std::string v = name(j), end = idx(k_.outer_ranges[j]);
+    line("for (int64_t " + v + "_b = 0; " + v + "_b < " + end + "; " + v + "_b += " + T + ") {");
+    ++indent_;
+  }
+  for (const ComputeNode* n : nodes_) {
+    set_node_names(*n);
+    copy_transposed_tiles(*n, t, inner);
+  }
+  for (size_t j : {t, inner}) {
+    if (j == inner) {
+      if (nodes_.size() == 1) {
         set_node_names(*nodes_[0]);
         emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
       }
-      if (last && simd) {
-        for (const ComputeNode* n : nodes_) {
-          set_node_names(*n);
-          declare_load_strides(*n, n->index_vars.at(j));
-        }
+      for (const ComputeNode* n : nodes_) {
+        set_node_names(*n);
+        declare_load_strides(*n, n->index_vars.at(j));
       }
-
-      if (jj == 0 && !par.empty()) {
-        if (last) {
-          line(std::string("#pragma omp parallel for") + (simd ? " simd" : "") + par);
-        } else {
-          line("#pragma omp parallel for" +
-               std::string(k > 2 ? " collapse(" + std::to_string(k - 1) + ")" : "") + par);
-        }
-      }
-      // The loops `parallel for` collapses: the first k - 1 (at least one).
-      const size_t collapsed = par.empty() ? 0 : std::max<size_t>(1, k - 1);
-      const InstrId mask = last && jj > 0 && simd ? invariant_load_mask() : -1;
-      if (mask >= 0) {
-        // Unswitched on the row's mask: g++ 12 vectorizes no loop with a masked load whose
-        // mask is the same for every element (".MASK_LOAD: no vectype"); a padded row's
-        // copy ran scalar (MobileNetV2's padded depthwise inputs: 2.6 ms for 480 K floats).
-        const std::vector<bool> hoisted = hoisted_;
-        const auto bases = index_bases_;
-        for (bool taken : {true, false}) {
-          line(taken ? "if (" + tmp(mask) + ") {" : "} else {");
-          ++indent_;
-          forced_masks_ = {{mask, taken}};
-          hoisted_ = hoisted;
-          index_bases_ = bases;
-          line("#pragma omp simd");
-          open_loop("x" + std::to_string(j), k_.outer_ranges[j], false);
-          declare_locals();
-          emit_member(0);
-          close();
-          --indent_;
-        }
-        line("}");
-        forced_masks_.clear();
-        load_strides_.clear();
-        for (size_t j2 = 0; j2 + 1 < k; ++j2) close();
-        return;
-      }
-      if (last && simd && (jj > 0 || par.empty())) line("#pragma omp simd");
-      open_loop("x" + std::to_string(j), k_.outer_ranges[j], jj >= collapsed && !(last && simd));
+      line("#pragma omp simd");
     }
-    declare_locals();
-    for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
-    load_strides_.clear();
-    for (size_t j = 0; j < k; ++j) close();
-  }
-
-  // The one mask, computed before the innermost loop (emit_invariants), under which a single
-  // node's loads in that loop read; -1 when there is none or several.
-  InstrId invariant_load_mask() const {
-    if (nodes_.size() != 1) return -1;
-    const loop::Body& b = nodes_[0]->body;
-    InstrId found = -1;
-    for (size_t i = 0; i < b.instrs.size(); ++i) {
-      const Instr& in = b.instrs[i];
-      if (in.kind != InstrKind::Load || in.mask < 0 || (i < hoisted_.size() && hoisted_[i]))
-        continue;
-      if (static_cast<size_t>(in.mask) >= hoisted_.size() || !hoisted_[in.mask]) return -1;
-      if (found >= 0 && found != in.mask) return -1;
-      found = in.mask;
-    }
-    return found;
-  }
-
-  // Whether loads and the store of node n step by 0 or 1 element along `var` (so a simd loop
-  // over var needs no gathers), and no load is data dependent. With `strided_loads`, loads
-  // may step by any amount that is the same along var (a transposed operand of a pointwise
-  // kernel): each lane's element is loaded on its own, but the arithmetic, where the time of
-  // an erf or exp goes, runs vectorized (declare_load_strides).
-  bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false) {
-    if (var == nullptr) return false;
-    auto stride_ok = [&](Expr flat, bool store) {
-      Expr d = step(flat, var);
-      auto c = ctx_.as_const(d);
-      if (c && (*c == 1 || (!store && *c == 0))) return true;
-      // A load whose index is affine in var (its step does not change along var).
-      return !store && strided_loads && !ctx_.depends_on(d, var);
-    };
-    std::vector<bool> variant = variant_instrs(n, {var});
-    for (size_t i = 0; i < n.body.instrs.size(); ++i) {
-      const Instr& in = n.body.instrs[i];
-      // An index bound per element is a gather; one that is the same along the loop (a cat's
-      // running offset) is not.
-      if (in.kind == InstrKind::Indirect && variant[i]) return false;
-      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      // A mask that is the same along the loop (a padded or sliced row) keeps the loop
-      // vectorizable; one that changes along it would need masked vector loads.
-      if (in.mask >= 0 && variant[in.mask]) return false;
-      if (!stride_ok(flat_index(in.buffer, in.index), false)) return false;
-    }
-    if (check_store && !locals_.count(n.out) &&
-        !stride_ok(flat_index(n.out, n.store_index), true)) {
-      return false;
-    }
-    return true;
-  }
-
-  Expr flat_index(BufferId b, const std::vector<Expr>& index) {
-    const loop::Buffer& B = buf(b);
-    COIL_CHECK(index.size() == B.strides.size())
-        << B.name << ": index rank " << index.size() << " vs " << B.strides.size();
-    Expr e = B.offset ? B.offset : ctx_.zero();
-    for (size_t d = 0; d < index.size(); ++d) e = ctx_.add(e, ctx_.mul(index[d], B.strides[d]));
-    return e;
-  }
-
-  // ---------------------------------------------------------------- members
-  void emit_member(size_t m) {
-    const ComputeNode& n = *nodes_[m];
-    set_node_names(n);
-    const size_t k = k_.outer_ranges.size();
-    line("// " + buf(n.out).name);
-    line("{");
+    line(tile_loop_text(j));
     ++indent_;
-    if (n.is_reduction()) {
-      emit_reduction(n);
-    } else if (n.ranges.size() == k) {
-      std::string v = emit_body(n);
-      emit_store(n, v);
-    } else {
-      // Inner pointwise loops over dims k.. of the node.
-      std::string par = k == 0 ? parallel_clause(inner_numel(n)) : "";
-      bool simd = vectorizable(n, n.index_vars.back(), true, true);
-      emit_invariants(n, std::vector<Expr>(n.index_vars.begin() + k, n.index_vars.end()));
-      const auto outer_strides = load_strides_;
-      if (simd) declare_load_strides(n, n.index_vars.back());
-      for (size_t j = k; j < n.ranges.size(); ++j) {
-        bool first = j == k, last = j + 1 == n.ranges.size();
-        if (first && !par.empty()) {
-          line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + par);
-        } else if (last && simd) {
-          line("#pragma omp simd");
-        }
-        open_loop(cpp_identifier(n.index_vars[j]->name), n.ranges[j],
-                  !(first && !par.empty()) && !(last && simd));
-      }
-      std::string v = emit_body(n);
-      emit_store(n, v);
-      for (size_t j = k; j < n.ranges.size(); ++j) close();
-      load_strides_ = outer_strides;
-    }
-    index_bases_.clear();  // their names go out of scope here
-    --indent_;
-    line("}");
   }
+  declare_locals();
+  for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+  load_strides_.clear();
+  tile_loads_.clear();
+  for (size_t j = 0; j < k + 2; ++j) close();
+}
 
-  void emit_store(const ComputeNode& n, const std::string& v) {
-    DType t = buf(n.out).dtype;
-    if (locals_.count(n.out)) {
-      line(local_name(n.out) + " = " + rounded_value(t, v) + ";");
-      return;
-    }
-    line(buf(n.out).name + "[" + index_text(flat_index(n.out, n.store_index)) +
-         "] = " + stored_value(t, v) + ";");
-  }
-
-  struct ReduceOps {
-    std::string init;       // accumulator identity
-    std::string omp;        // OpenMP reduction operator, "" = no simd reduction
-    bool nan_flag = false;  // floating max/min: track NaN separately
-  };
-
-  ReduceOps reduce_ops(ReduceKind r, DType acc) {
-    std::string A = compute_ctype(acc);
-    bool fp = dtype_is_floating(acc);
-    bool is_bool = acc == DType::Bool;
-    switch (r) {
-      case ReduceKind::None:
-        break;
-      case ReduceKind::Sum:
-        return {is_bool ? "false" : A + "(0)", is_bool ? "||" : "+", false};
-      case ReduceKind::Prod:
-        return {is_bool ? "true" : A + "(1)", is_bool ? "&&" : "*", false};
-      case ReduceKind::Max:
-        if (is_bool) return {"false", "||", false};
-        return {"coil::numeric<" + A + ">::lowest()", "max", fp};
-      case ReduceKind::Min:
-        if (is_bool) return {"true", "&&", false};
-        return {"coil::numeric<" + A + ">::max()", "min", fp};
-      case ReduceKind::ArgMax:
-      case ReduceKind::ArgMin:
-        return {"", "", false};
-      case ReduceKind::Any:
-        return {"false", "||", false};
-      case ReduceKind::All:
-        return {"true", "&&", false};
-    }
-    COIL_INTERNAL_ERROR() << "bad reduce kind";
-  }
-
-  // A kernel that is one reduction whose input is contiguous along the last outer dim but not
-  // along the reduction (sum over dim 0 of [N, C]: bias gradients). Reducing each output
-  // separately would stride through memory; instead a block of adjacent outputs accumulates
-  // together, with the vector loop running over the block.
-  // A reduction whose kept last dim is unit-stride in what it reads and whose reduced dims are
-  // not (a channels-last mean over H and W): accumulators for a block of the last dim, the
-  // reduced dims as outer loops. Later members that compute one element per outer point (the
-  // mean's division) run in the block's finishing loop.
-  // Several such reductions over the same outer dims (a LayerNorm's weight and bias
-  // gradients, column sums over the tokens) run one after the other, each over its own blocks
-  // of the kept dim; the pointwise members follow the last one. Earlier reductions' results
-  // then live in buffers, not locals.
-  bool is_outer_reduction() {
-    if (nodes_.empty() || k_.outer_ranges.empty()) return false;
-    size_t r = 0;
-    while (r < nodes_.size() && nodes_[r]->is_reduction()) ++r;
-    if (r == 0) return false;
-    for (size_t m = r; m < nodes_.size(); ++m)
-      if (nodes_[m]->is_reduction() || nodes_[m]->ranges.size() != k_.outer_ranges.size())
-        return false;
-    for (size_t m = 0; m < r; ++m) {
-      const ComputeNode& n = *nodes_[m];
-      if (n.reduction_vars.empty() || n.ranges.size() != k_.outer_ranges.size()) return false;
-      if (n.reduce != ReduceKind::Sum && n.reduce != ReduceKind::Prod &&
-          n.reduce != ReduceKind::Max && n.reduce != ReduceKind::Min) {
-        return false;
-      }
-      if (buf(n.out).dtype == DType::Bool) return false;
-      if (m + 1 < r && locals_.count(n.out)) return false;
-      if (vectorizable(n, n.reduction_vars.back(), false)) return false;
-      if (!vectorizable(n, n.index_vars.back(), true)) return false;
-    }
-    return true;
-  }
-
-  void emit_outer_reduction(const std::string& par) {
-    size_t r = 0;
-    while (r < nodes_.size() && nodes_[r]->is_reduction()) ++r;
-    for (size_t m = 0; m < r; ++m) emit_outer_reduction_block(par, m, m + 1 == r);
-  }
-
-  // The blocked column reduction of member m; with `members`, the pointwise members after it
-  // run in its finishing loop.
-  void emit_outer_reduction_block(const std::string& par, size_t m, bool members) {
-    const ComputeNode& n = *nodes_[m];
-    set_node_names(n);
-    const size_t k = k_.outer_ranges.size();
-    const DType out_t = buf(n.out).dtype;
-    const std::string A = compute_ctype(out_t);
-    const ReduceOps ops = reduce_ops(n.reduce, out_t);
-    const std::string xl = "x" + std::to_string(k - 1);
-    const std::string extent = idx(k_.outer_ranges[k - 1]);
-    constexpr int kBlock = 64;
-    if (!par.empty()) {
-      line("#pragma omp parallel for" +
-           std::string(k > 1 ? " collapse(" + std::to_string(k) + ")" : "") + par);
-    }
-    for (size_t j = 0; j + 1 < k; ++j) open_loop("x" + std::to_string(j), k_.outer_ranges[j]);
-    line("for (int64_t xb = 0; xb < " + extent + "; xb += " + std::to_string(kBlock) + ") {");
+// Inside the block loops of emit_tiled_pointwise: copies the tile of each transposed load
+// of n (contiguous along dim t, strided along the store's dim `inner`) into a local array
+// laid out along `inner`, which the simd loop then reads with unit stride (load_expr).
+// Reading the operand itself in the simd loop left the loop scalar wherever gcc turned the
+// strided load into a masked one (a load used under a select: "not suitable for strided
+// load"), 16 ns an element for OPT's attention-probability recomputation.
+void KernelEmitter::copy_transposed_tiles(const ComputeNode& n, size_t t, size_t inner) {
+  const std::string T = std::to_string(kTransposeTile);
+  const std::string xt = "x" + std::to_string(t), xs = "x" + std::to_string(inner);
+  for (const Instr& in : n.body.instrs) {
+    if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0) continue;
+    if (written_.count(in.buffer)) continue;  // the kernel writes it: read it in place
+    Expr flat = flat_index(in.buffer, in.index);
+    if (tile_loads_.count({in.buffer, flat})) continue;
+    auto s = const_step(flat, n.index_vars[inner]);
+    if ((s && (*s == 0 || *s == 1)) || const_step(flat, n.index_vars[t]) != 1) continue;
+    const loop::Buffer& B = buf(in.buffer);
+    const std::string name = "tile" + std::to_string(next_tile_++);
+    const std::string at = T + "*(" + xt + " - " + xt + "_b) + " + xs + " - " + xs + "_b";
+    line((B.dtype == DType::Bool ? std::string("uint8_t") : ctype(B.dtype)) + " " + name + "[" +
+         std::to_string(kTransposeTile * kTransposeTile) + "];");
+    line(tile_loop_text(inner));
     ++indent_;
-    line("const int64_t nb = " + extent + " - xb < " + std::to_string(kBlock) + " ? " + extent +
-         " - xb : " + std::to_string(kBlock) + ";");
-    line(A + " acc[" + std::to_string(kBlock) + "];");
-    if (ops.nan_flag) line("int nan_seen[" + std::to_string(kBlock) + "];");
-    // Float sums: `acc` restarts for each block of rows of the innermost reduction loop and
-    // is added into the double `total` after it (blocked_sum says why).
-    const bool blocked = blocked_sum(n, A);
-    const size_t nr = n.reduction_ranges.size();
-    if (blocked) line("double total[" + std::to_string(kBlock) + "];");
-    line("for (int64_t j = 0; j < nb; ++j) {");
+    line(tile_loop_text(t));
     ++indent_;
-    line(blocked ? "total[j] = 0;" : "acc[j] = " + ops.init + ";");
-    if (ops.nan_flag) line("nan_seen[j] = 0;");
-    close();
-    for (size_t j = 0; j < nr; ++j) {
-      const std::string var = cpp_identifier(n.reduction_vars[j]->name);
-      if (!blocked || j + 1 < nr) {
-        open_loop(var, n.reduction_ranges[j]);
-        continue;
-      }
-      open_block_loop(var, idx(n.reduction_ranges[j]), kSumRows);
-      line("for (int64_t j = 0; j < nb; ++j) acc[j] = 0;");
-      line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var +
-           ") {");
-      ++indent_;
-    }
-    line("#pragma omp simd");
-    line("for (int64_t j = 0; j < nb; ++j) {");
-    ++indent_;
-    line("const int64_t " + xl + " = xb + j;");
-    std::string v = emit_body(n);
-    switch (n.reduce) {
-      case ReduceKind::Sum:
-        line("acc[j] += " + A + "(" + v + ");");
-        break;
-      case ReduceKind::Prod:
-        line("acc[j] *= " + A + "(" + v + ");");
-        break;
-      default: {
-        bool mx = n.reduce == ReduceKind::Max;
-        line("const " + A + " val = " + A + "(" + v + ");");
-        line(std::string("acc[j] = val ") + (mx ? ">" : "<") + " acc[j] ? val : acc[j];");
-        if (ops.nan_flag) line("nan_seen[j] |= (val != val);");
-      }
-    }
-    close();
-    if (blocked) {
-      close();
-      line("for (int64_t j = 0; j < nb; ++j) total[j] += acc[j];");
-    }
-    for (size_t j = 0; j < nr; ++j) close();
-    line("for (int64_t j = 0; j < nb; ++j) {");
-    ++indent_;
-    line("const int64_t " + xl + " = xb + j;");
-    if (ops.nan_flag) line("if (nan_seen[j]) acc[j] = coil::numeric<" + A + ">::nan();");
-    declare_locals();
-    emit_store(n, blocked ? A + "(total[j])" : "acc[j]");
-    if (members)
-      for (size_t p = m + 1; p < nodes_.size(); ++p) emit_member(p);
+    line(name + "[" + at + "] = " + B.name + "[" + idx(flat) + "];");
     close();
     close();
-    for (size_t j = 0; j + 1 < k; ++j) close();
+    tile_loads_[{in.buffer, flat}] = name + "[" + at + "]";
   }
+}
 
-  void emit_reduction(const ComputeNode& n) {
-    const size_t k = k_.outer_ranges.size();
-    DType out_t = buf(n.out).dtype;
-    const Instr& res = n.body.instrs.at(n.body.result);
-    bool arg = n.reduce == ReduceKind::ArgMax || n.reduce == ReduceKind::ArgMin;
-    DType acc_t = arg ? res.dtype : out_t;
-    // Low-precision and bool-sum accumulators compute in the compute type.
-    std::string A = compute_ctype(acc_t);
-    ReduceOps ops = reduce_ops(n.reduce, acc_t);
-    if (arg) {
-      std::string V = compute_ctype(res.dtype);
-      bool mx = n.reduce == ReduceKind::ArgMax;
-      line(V + " best = coil::numeric<" + V + ">::" + (mx ? "lowest" : "max") + "();");
-      line("int64_t best_index = 0;");
-    } else {
-      if (!blocked_sum(n, A)) line(A + " acc = " + ops.init + ";");
-      // An int OR vectorizes; a bool || reduction made max-reductions 2.5x slower.
-      if (ops.nan_flag) line("int nan_seen = 0;");
+void KernelEmitter::emit_pure_pointwise(const std::string& par) {
+  const size_t k = k_.outer_ranges.size();
+  const std::vector<size_t> order = pointwise_loop_order();
+  bool simd = true;
+  for (const ComputeNode* n : nodes_)
+    simd = simd && vectorizable(*n, n->index_vars.at(order.back()), true, true);
+  if (const int t = simd && k >= 2 ? transposed_dim(order) : -1; t >= 0) {
+    emit_tiled_pointwise(par, order, static_cast<size_t>(t));
+    return;
+  }
+  for (size_t jj = 0; jj < k; ++jj) {
+    const size_t j = order[jj];
+    bool last = jj + 1 == k;
+    if (last && nodes_.size() == 1) {
+      // Invariants of the innermost loop (masks of a padded row) go before it.
+      set_node_names(*nodes_[0]);
+      emit_invariants(*nodes_[0], {nodes_[0]->index_vars.at(j)});
     }
-    // Reduction loops.
-    bool simd =
-        !arg && !ops.omp.empty() &&
-        vectorizable(n, n.reduction_vars.empty() ? nullptr : n.reduction_vars.back(), false);
-    std::string clause = ops.omp.empty() ? "" : " reduction(" + ops.omp + ":acc)";
-    if (ops.nan_flag) clause += " reduction(|:nan_seen)";
-    std::string par = (k == 0 && !arg) ? parallel_clause(inner_numel(n)) : "";
-    const size_t nr = n.reduction_ranges.size();
-    emit_invariants(n, n.reduction_vars);
-    const bool blocked = blocked_sum(n, A);
-    if (blocked) {
-      // The float `acc` restarts for each block of the innermost loop; `acc_total` is the sum.
-      line("double acc_total = 0;");
-      clause = " reduction(+:acc_total)";
+    if (last && simd) {
+      for (const ComputeNode* n : nodes_) {
+        set_node_names(*n);
+        declare_load_strides(*n, n->index_vars.at(j));
+      }
     }
-    for (size_t j = 0; j < nr; ++j) {
-      bool first = j == 0, last = j + 1 == nr;
-      if (last && blocked) {
-        open_sum_block(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j],
-                       first ? par : "", simd);
-        break;
+
+    if (jj == 0 && !par.empty()) {
+      if (last) {
+        line(std::string("#pragma omp parallel for") + (simd ? " simd" : "") + par);
+      } else {
+        line("#pragma omp parallel for" +
+             std::string(k > 2 ? " collapse(" + std::to_string(k - 1) + ")" : "") + par);
       }
-      if (first && !par.empty()) {
-        line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + clause +
-             par);
-      } else if (last && simd) {
-        line("#pragma omp simd" + clause);
-      }
-      open_loop(cpp_identifier(n.reduction_vars[j]->name), n.reduction_ranges[j]);
     }
-    std::string v = emit_body(n);
-    std::string V = compute_ctype(res.dtype);
-    switch (n.reduce) {
-      case ReduceKind::None:
-        COIL_INTERNAL_ERROR() << "not a reduction";
-        break;
-      case ReduceKind::Sum:
-        line(acc_t == DType::Bool ? "acc = acc || bool(" + v + ");"
-                                  : "acc += " + A + "(" + v + ");");
-        break;
-      case ReduceKind::Prod:
-        line(acc_t == DType::Bool ? "acc = acc && bool(" + v + ");"
-                                  : "acc *= " + A + "(" + v + ");");
-        break;
-      case ReduceKind::Max:
-      case ReduceKind::Min: {
-        bool mx = n.reduce == ReduceKind::Max;
-        if (acc_t == DType::Bool) {
-          line(std::string("acc = acc ") + (mx ? "||" : "&&") + " bool(" + v + ");");
-          break;
-        }
-        line("const " + A + " val = " + A + "(" + v + ");");
-        line(std::string("acc = val ") + (mx ? ">" : "<") + " acc ? val : acc;");
-        if (ops.nan_flag) line("nan_seen |= (val != val);");
-        break;
-      }
-      case ReduceKind::ArgMax:
-      case ReduceKind::ArgMin: {
-        bool mx = n.reduce == ReduceKind::ArgMax;
-        line("const " + V + " val = " + v + ";");
-        std::string cond = std::string("val ") + (mx ? ">" : "<") + " best";
-        if (dtype_is_floating(res.dtype)) cond = "(" + cond + ") || (val != val && best == best)";
-        line("if (" + cond + ") {");
+    // The loops `parallel for` collapses: the first k - 1 (at least one).
+    const size_t collapsed = par.empty() ? 0 : std::max<size_t>(1, k - 1);
+    const InstrId mask = last && jj > 0 && simd ? invariant_load_mask() : -1;
+    if (mask >= 0) {
+      // Unswitched on the row's mask: g++ 12 vectorizes no loop with a masked load whose
+      // mask is the same for every element (".MASK_LOAD: no vectype"); a padded row's
+      // copy ran scalar (MobileNetV2's padded depthwise inputs: 2.6 ms for 480 K floats).
+      const std::vector<bool> hoisted = hoisted_;
+      const auto bases = index_bases_;
+      for (bool taken : {true, false}) {
+        line(taken ? "if (" + tmp(mask) + ") {" : "} else {");
         ++indent_;
-        line("best = val;");
-        // Position along the flattened reduction range.
-        Expr pos = ctx_.zero();
-        for (size_t j = 0; j < nr; ++j) {
-          pos = ctx_.add(ctx_.mul(pos, n.reduction_ranges[j]), n.reduction_vars[j]);
-        }
-        line("best_index = " + idx(pos) + ";");
+        forced_masks_ = {{mask, taken}};
+        hoisted_ = hoisted;
+        index_bases_ = bases;
+        line("#pragma omp simd");
+        open_loop("x" + std::to_string(j), k_.outer_ranges[j], false);
+        declare_locals();
+        emit_member(0);
+        close();
         --indent_;
-        line("}");
-        break;
       }
-      case ReduceKind::Any:
-        line("acc = acc || bool(" + v + ");");
-        break;
-      case ReduceKind::All:
-        line("acc = acc && bool(" + v + ");");
-        break;
-    }
-    if (blocked) {
-      close();
-      line("acc_total += acc;");
-      close();  // the block loop
-      for (size_t j = 0; j + 1 < nr; ++j) close();
-      emit_store(n, A + "(acc_total)");
+      line("}");
+      forced_masks_.clear();
+      load_strides_.clear();
+      for (size_t j2 = 0; j2 + 1 < k; ++j2) close();
       return;
     }
-    for (size_t j = 0; j < nr; ++j) close();
-    if (ops.nan_flag) line("if (nan_seen) acc = coil::numeric<" + A + ">::nan();");
-    emit_store(n, arg ? "best_index" : "acc");
+    if (last && simd && (jj > 0 || par.empty())) line("#pragma omp simd");
+    open_loop("x" + std::to_string(j), k_.outer_ranges[j], jj >= collapsed && !(last && simd));
   }
+  declare_locals();
+  for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+  load_strides_.clear();
+  for (size_t j = 0; j < k; ++j) close();
+}
 
-  // Float sums accumulate in blocks of at most kSumBlock iterations of the innermost reduction
-  // loop: a float partial sum, vectorized with its lanes in registers, added once per block
-  // into a double total. One float accumulator over a whole reduction lost ~16 ulps of a
-  // BatchNorm mean over 2 x 32 x 32 elements (the running sum grows while each addend stays
-  // small), 30x eager's error, which accumulates CPU BatchNorm statistics in double; after
-  // ten residual blocks that flipped a ReLU and failed the training accuracy rule. A sum
-  // that one vector loop of at most kSumBlock iterations covers is left as it was.
-  static constexpr int kSumBlock = 1024;
-  // The same for column sums (emit_outer_reduction), in rows: each adds a vector per column.
-  static constexpr int kSumRows = 64;
-  // Side of a tile of a transposed pointwise kernel (emit_tiled_pointwise): 16 rows of 16
-  // floats, one cache line each, were the fastest of 8, 16 and 32 for 128..512 square
-  // transposes on the 2-core AMD EPYC (and 1024 square lost 1.5x to 8).
-  static constexpr int kTransposeTile = 16;
-  bool blocked_sum(const ComputeNode& n, const std::string& acc_ctype) {
-    if (n.reduce != ReduceKind::Sum || acc_ctype != "float" || n.reduction_ranges.empty())
-      return false;
-    if (n.reduction_ranges.size() > 1) return true;
-    auto c = ctx_.as_const(n.reduction_ranges.back());
-    return !c || *c > kSumBlock;
-  }
-  // Opens `for (var_b = 0; var_b < end; var_b += block) {` and declares `var_e`, the block's
-  // end: the loop over blocks of a blocked sum.
-  void open_block_loop(const std::string& var, const std::string& end, int block) {
-    const std::string B = std::to_string(block);
-    line("for (int64_t " + var + "_b = 0; " + var + "_b < " + end + "; " + var + "_b += " + B +
-         ") {");
-    ++indent_;
-    line("const int64_t " + var + "_e = " + end + " - " + var + "_b < " + B + " ? " + end + " : " +
-         var + "_b + " + B + ";");
-  }
-  // Opens `for (var_b...) { float acc = 0; [simd] for (var = var_b; var < var_e...) {`, the
-  // innermost loop of a blocked sum (blocked_sum), with the parallel pragma on the block loop
-  // where the sum is the kernel's whole work; `{ float acc = 0; for (var...) {` where one
-  // block covers the loop.
-  void open_sum_block(const std::string& var, Expr extent, const std::string& par, bool simd) {
-    const std::string end = idx(extent);
-    auto c = ctx_.as_const(extent);
-    if (c && *c <= kSumBlock && par.empty()) {  // one block: a scope for its partial sum
-      line("{");
-      ++indent_;
-      line("float acc = 0;");
-      if (simd) line("#pragma omp simd reduction(+:acc)");
-      open_loop(var, extent);
-      return;
-    }
-    if (!par.empty()) line("#pragma omp parallel for reduction(+:acc_total)" + par);
-    open_block_loop(var, end, kSumBlock);
-    line("float acc = 0;");
-    if (simd) line("#pragma omp simd reduction(+:acc)");
-    line("for (int64_t " + var + " = " + var + "_b; " + var + " < " + var + "_e; ++" + var + ") {");
-    ++indent_;
-  }
-
-  // ---------------------------------------------------------------- bodies
-  // "v" prefix: "t<N>" names the symbols bound by Indirect instructions.
-  std::string tmp(InstrId i) { return "v" + std::to_string(i); }
-
-  // Emits the body's instructions as statements; returns the result's expression.
-  // Emits, before a node's inner loops, the instructions that do not depend on the inner loop
-  // variables (a row's max and sum inside softmax's last loop, log of the row sum in
-  // log_softmax): computed once per outer point, and the inner loop stays simple enough to
-  // vectorize (gcc gave up on a loop with an invariant inlined log in it).
-  void emit_invariants(const ComputeNode& n, const std::vector<Expr>& inner_vars) {
-    const loop::Body& b = n.body;
-    hoisted_.assign(b.instrs.size(), false);
-    std::vector<bool> variant = variant_instrs(n, inner_vars);
-    for (size_t i = 0; i < b.instrs.size(); ++i) {
-      if (variant[i] || static_cast<InstrId>(i) == b.result) continue;
-      emit_instr(b, static_cast<InstrId>(i));
-      hoisted_[i] = true;
-    }
-    hoist_index_bases(n, inner_vars, variant);
-  }
-
-  // Emits, before a node's inner loops, the part of each index that does not change along
-  // them when it divides by a symbolic size: 4096*s1*(x0 / (s1 - 1)) + 4096*(x0 % (s1 - 1)),
-  // the row of gpt2's sliced [b*(t-1), vocab] logits. gcc keeps a division by a run-time value
-  // inside the loop (it could trap), and the simd loops of that softmax ran 4x slower than with
-  // the constant divisor of a static graph. Static indices divide by constants and are left
-  // as they are. Loads and stores then print `base + inner part` (index_text).
-  void hoist_index_bases(const ComputeNode& n, std::vector<Expr> inner_vars,
-                         const std::vector<bool>& variant) {
-    index_bases_.clear();
-    const loop::Body& b = n.body;
-    for (size_t i = 0; i < b.instrs.size(); ++i)
-      if (variant[i] && b.instrs[i].kind == InstrKind::Indirect && b.instrs[i].expr)
-        inner_vars.push_back(b.instrs[i].expr);
-    auto varies = [&](Expr e) {
-      for (Expr v : inner_vars)
-        if (ctx_.depends_on(e, v)) return true;
-      return false;
-    };
-    std::unordered_map<Expr, std::string> names;
-    auto consider = [&](BufferId id, const std::vector<Expr>& index) {
-      if (locals_.count(id)) return;
-      Expr flat = flat_index(id, index);
-      if (flat->kind != sym::ExprKind::Add || index_bases_.count(flat)) return;
-      std::vector<Expr> base, inner;
-      for (Expr t : flat->operands) (varies(t) ? inner : base).push_back(t);
-      if (base.empty() || inner.empty()) return;
-      Expr e = ctx_.sum(base);
-      bool unsafe = false;
-      if (!divides_by_symbol(ctx_, e, &unsafe) || unsafe) return;
-      auto [it, fresh] = names.emplace(e, "");
-      if (fresh) {
-        // Skip the graph's own symbol names (a size named base0 would be shadowed).
-        do it->second = "base" + std::to_string(next_base_++);
-        while (ctx_.has_symbol(it->second));
-        line("const int64_t " + it->second + " = " + idx(e) + ";");
-      }
-      index_bases_[flat] = {it->second, ctx_.sum(inner)};
-    };
-    for (size_t i = 0; i < b.instrs.size(); ++i)
-      if (variant[i] && b.instrs[i].kind == InstrKind::Load)
-        consider(b.instrs[i].buffer, b.instrs[i].index);
-    if (!n.is_reduction()) consider(n.out, n.store_index);
-  }
-
-  // A flat index as C++: a hoisted base (hoist_index_bases) plus the inner part, or all of it.
-  std::string index_text(Expr flat) {
-    auto it = index_bases_.find(flat);
-    std::string base;
-    Expr rest = flat;
-    if (it != index_bases_.end()) {
-      base = it->second.first + " + ";
-      rest = it->second.second;
-    }
-    auto s = load_strides_.find(flat);
-    if (s == load_strides_.end()) return base + idx(rest);
-    Expr var = s->second.second;
-    return base + idx(ctx_.substitute(rest, {{var, ctx_.zero()}})) + " + " + s->second.first + "*" +
-           idx(var);
-  }
-
-  // Before a simd loop over `var` (the node's own loop variable): names each strided load's
-  // step, `const int64_t strideN = coil::runtime_value(64);`, which index_text then prints as
-  // `rest + strideN*var`. The first loads and stores of the node the loop runs are n's.
-  void declare_load_strides(const ComputeNode& n, Expr var) {
-    for (const Instr& in : n.body.instrs) {
-      if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      Expr flat = flat_index(in.buffer, in.index);
-      if (load_strides_.count(flat) || tile_loads_.count({in.buffer, flat})) continue;
-      Expr d = step(flat, var);
-      auto c = ctx_.as_const(d);
-      if ((c && (*c == 0 || *c == 1)) || ctx_.depends_on(d, var)) continue;
-      std::string name;
-      do name = "stride" + std::to_string(next_stride_++);
-      while (ctx_.has_symbol(name));
-      line("const int64_t " + name + " = coil::runtime_value(" + idx(d) + ");");
-      load_strides_[flat] = {name, var};
-    }
-  }
-
-  // Per instruction of n's body: whether its value changes with any of `vars`.
-  std::vector<bool> variant_instrs(const ComputeNode& n, const std::vector<Expr>& vars) {
-    const loop::Body& b = n.body;
-    // The symbol an Indirect instruction binds (a gathered index) varies with the loop when
-    // the instruction does; loads indexed by it must not be hoisted above its definition.
-    std::vector<Expr> inner_vars = vars;
-    auto depends = [&](Expr e) {
-      if (e == nullptr) return false;
-      for (Expr v : inner_vars)
-        if (ctx_.depends_on(e, v)) return true;
-      return false;
-    };
-    std::vector<bool> variant(b.instrs.size(), false);
-    for (size_t i = 0; i < b.instrs.size(); ++i) {
-      const Instr& in = b.instrs[i];
-      bool v = false;
-      for (InstrId o : in.operands) v = v || (o >= 0 && variant[o]);
-      switch (in.kind) {
-        case InstrKind::Load:
-          v = v || (in.mask >= 0 && variant[in.mask]);
-          if (!locals_.count(in.buffer))
-            for (Expr e : in.index) v = v || depends(e);
-          break;
-        case InstrKind::IndexExpr:
-        case InstrKind::Rand:
-        case InstrKind::Randn:
-          v = v || depends(in.expr);
-          break;
-        case InstrKind::Indirect:
-          if (v && in.expr != nullptr) inner_vars.push_back(in.expr);
-          break;
-        default:
-          break;
-      }
-      variant[i] = v;
-      if (v && in.kind == InstrKind::Indirect && in.expr != nullptr) inner_vars.push_back(in.expr);
-    }
-    return variant;
-  }
-
-  void emit_instr(const loop::Body& b, InstrId i) {
+// The one mask, computed before the innermost loop (emit_invariants), under which a single
+// node's loads in that loop read; -1 when there is none or several.
+InstrId KernelEmitter::invariant_load_mask() const {
+  if (nodes_.size() != 1) return -1;
+  const loop::Body& b = nodes_[0]->body;
+  InstrId found = -1;
+  for (size_t i = 0; i < b.instrs.size(); ++i) {
     const Instr& in = b.instrs[i];
-    std::string T = compute_ctype(in.dtype);
-    line("const " + T + " " + tmp(i) + " = " + instr_expr(b, i) + ";");
-    if (in.kind == InstrKind::Indirect) {
-      line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
-    }
+    if (in.kind != InstrKind::Load || in.mask < 0 || (i < hoisted_.size() && hoisted_[i])) continue;
+    if (static_cast<size_t>(in.mask) >= hoisted_.size() || !hoisted_[in.mask]) return -1;
+    if (found >= 0 && found != in.mask) return -1;
+    found = in.mask;
   }
+  return found;
+}
 
-  std::string emit_body(const ComputeNode& n) {
-    const loop::Body& b = n.body;
-    COIL_CHECK(b.result >= 0 && b.result < static_cast<int>(b.instrs.size()))
-        << buf(n.out).name << ": body without a result";
-    std::vector<bool> hoisted;
-    hoisted.swap(hoisted_);
-    for (size_t i = 0; i < b.instrs.size(); ++i) {
-      if (i < hoisted.size() && hoisted[i]) continue;
-      emit_instr(b, static_cast<InstrId>(i));
-    }
-    return tmp(b.result);
+// Whether loads and the store of node n step by 0 or 1 element along `var` (so a simd loop
+// over var needs no gathers), and no load is data dependent. With `strided_loads`, loads
+// may step by any amount that is the same along var (a transposed operand of a pointwise
+// kernel): each lane's element is loaded on its own, but the arithmetic, where the time of
+// an erf or exp goes, runs vectorized (declare_load_strides).
+bool KernelEmitter::vectorizable(const ComputeNode& n, Expr var, bool check_store,
+                                 bool strided_loads) {
+  if (var == nullptr) return false;
+  auto stride_ok = [&](Expr flat, bool store) {
+    Expr d = step(flat, var);
+    auto c = ctx_.as_const(d);
+    if (c && (*c == 1 || (!store && *c == 0))) return true;
+    // A load whose index is affine in var (its step does not change along var).
+    return !store && strided_loads && !ctx_.depends_on(d, var);
+  };
+  std::vector<bool> variant = variant_instrs(n, {var});
+  for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+    const Instr& in = n.body.instrs[i];
+    // An index bound per element is a gather; one that is the same along the loop (a cat's
+    // running offset) is not.
+    if (in.kind == InstrKind::Indirect && variant[i]) return false;
+    if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+    // A mask that is the same along the loop (a padded or sliced row) keeps the loop
+    // vectorizable; one that changes along it would need masked vector loads.
+    if (in.mask >= 0 && variant[in.mask]) return false;
+    if (!stride_ok(flat_index(in.buffer, in.index), false)) return false;
   }
-
-  // The shared scalar expressions (backend/common/scalar_expr.h) with this emitter's names,
-  // index printing and loads.
-  std::string instr_expr(const loop::Body& b, InstrId id) {
-    ScalarExprHooks h;
-    h.value = [&](InstrId i) { return tmp(i); };
-    h.index = [&](Expr e) { return idx(e); };
-    h.load = [&](const Instr& in, InstrId i) { return load_expr(b, in); };
-    return scalar_instr_expr(b, id, h);
+  if (check_store && !locals_.count(n.out) && !stride_ok(flat_index(n.out, n.store_index), true)) {
+    return false;
   }
+  return true;
+}
 
-  std::string load_expr(const loop::Body& b, const Instr& in) {
-    const std::string T = compute_ctype(in.dtype);
-    std::string v;
-    if (locals_.count(in.buffer)) {
-      v = local_name(in.buffer);
-    } else {
-      const loop::Buffer& B = buf(in.buffer);
-      const Expr flat = flat_index(in.buffer, in.index);
-      auto tile = tile_loads_.find({in.buffer, flat});
-      v = tile != tile_loads_.end() ? tile->second : B.name + "[" + index_text(flat) + "]";
-      if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
+Expr KernelEmitter::flat_index(BufferId b, const std::vector<Expr>& index) {
+  const loop::Buffer& B = buf(b);
+  COIL_CHECK(index.size() == B.strides.size())
+      << B.name << ": index rank " << index.size() << " vs " << B.strides.size();
+  Expr e = B.offset ? B.offset : ctx_.zero();
+  for (size_t d = 0; d < index.size(); ++d) e = ctx_.add(e, ctx_.mul(index[d], B.strides[d]));
+  return e;
+}
+
+void KernelEmitter::emit_member(size_t m) {
+  const ComputeNode& n = *nodes_[m];
+  set_node_names(n);
+  const size_t k = k_.outer_ranges.size();
+  line("// " + buf(n.out).name);
+  line("{");
+  ++indent_;
+  if (n.is_reduction()) {
+    emit_reduction(n);
+  } else if (n.ranges.size() == k) {
+    std::string v = emit_body(n);
+    emit_store(n, v);
+  } else {
+    // Inner pointwise loops over dims k.. of the node.
+    std::string par = k == 0 ? parallel_clause(inner_numel(n)) : "";
+    bool simd = vectorizable(n, n.index_vars.back(), true, true);
+    emit_invariants(n, std::vector<Expr>(n.index_vars.begin() + k, n.index_vars.end()));
+    const auto outer_strides = load_strides_;
+    if (simd) declare_load_strides(n, n.index_vars.back());
+    for (size_t j = k; j < n.ranges.size(); ++j) {
+      bool first = j == k, last = j + 1 == n.ranges.size();
+      if (first && !par.empty()) {
+        line(std::string("#pragma omp parallel for") + (last && simd ? " simd" : "") + par);
+      } else if (last && simd) {
+        line("#pragma omp simd");
+      }
+      open_loop(cpp_identifier(n.index_vars[j]->name), n.ranges[j],
+                !(first && !par.empty()) && !(last && simd));
     }
-    if (in.mask >= 0) {
-      auto forced = forced_masks_.find(in.mask);
-      if (forced != forced_masks_.end()) return forced->second ? v : T + "(0)";
-      return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
-    }
-    return v;
+    std::string v = emit_body(n);
+    emit_store(n, v);
+    for (size_t j = k; j < n.ranges.size(); ++j) close();
+    load_strides_ = outer_strides;
   }
+  index_bases_.clear();  // their names go out of scope here
+  --indent_;
+  line("}");
+}
 
-  const loop::LoopProgram& p_;
-  sym::Context& ctx_;
-  const sched::KernelPlan& k_;
-  const CompileOptions& options_;
-  std::ostringstream& os_;
-  std::set<BufferId> locals_;
-  bool masked_loads_ = false;  // some node of the kernel loads under a mask (open_loop)
-  std::vector<const ComputeNode*> nodes_;
-  std::vector<bool> hoisted_;  // instructions of the current node emitted before its loops
-  // Masks whose value is known where the body is being emitted (an unswitched loop).
-  std::map<InstrId, bool> forced_masks_;
-  // flat index -> (name of its hoisted base, inner part): the current node's loads and store
-  std::unordered_map<Expr, std::pair<std::string, Expr>> index_bases_;
-  int next_base_ = 0;  // base0, base1, ... within the kernel
-  // flat index of a strided load in a simd loop -> (name of its step, the loop's variable)
-  std::unordered_map<Expr, std::pair<std::string, Expr>> load_strides_;
-  int next_stride_ = 0;  // stride0, stride1, ... within the kernel
-  // (buffer, flat index) of a transposed load -> its element of the local tile
-  // (copy_transposed_tiles)
-  std::map<std::pair<BufferId, Expr>, std::string> tile_loads_;
-  int next_tile_ = 0;
-  std::set<BufferId> written_;  // buffers the kernel writes, and those aliasing them
-  std::unordered_map<Expr, std::string> sym_names_;
-  int indent_ = 0;
-};
+void KernelEmitter::emit_store(const ComputeNode& n, const std::string& v) {
+  DType t = buf(n.out).dtype;
+  if (locals_.count(n.out)) {
+    line(local_name(n.out) + " = " + rounded_value(t, v) + ";");
+    return;
+  }
+  line(buf(n.out).name + "[" + index_text(flat_index(n.out, n.store_index)) +
+       "] = " + stored_value(t, v) + ";");
+}
 
-}  // namespace
+// Emits, before a node's inner loops, the instructions that do not depend on the inner loop
+// variables (a row's max and sum inside softmax's last loop, log of the row sum in
+// log_softmax): computed once per outer point, and the inner loop stays simple enough to
+// vectorize (gcc gave up on a loop with an invariant inlined log in it).
+void KernelEmitter::emit_invariants(const ComputeNode& n, const std::vector<Expr>& inner_vars) {
+  const loop::Body& b = n.body;
+  hoisted_.assign(b.instrs.size(), false);
+  std::vector<bool> variant = variant_instrs(n, inner_vars);
+  for (size_t i = 0; i < b.instrs.size(); ++i) {
+    if (variant[i] || static_cast<InstrId>(i) == b.result) continue;
+    emit_instr(b, static_cast<InstrId>(i));
+    hoisted_[i] = true;
+  }
+  hoist_index_bases(n, inner_vars, variant);
+}
+
+// Emits, before a node's inner loops, the part of each index that does not change along
+// them when it divides by a symbolic size: 4096*s1*(x0 / (s1 - 1)) + 4096*(x0 % (s1 - 1)),
+// the row of gpt2's sliced [b*(t-1), vocab] logits. gcc keeps a division by a run-time value
+// inside the loop (it could trap), and the simd loops of that softmax ran 4x slower than with
+// the constant divisor of a static graph. Static indices divide by constants and are left
+// as they are. Loads and stores then print `base + inner part` (index_text).
+void KernelEmitter::hoist_index_bases(const ComputeNode& n, std::vector<Expr> inner_vars,
+                                      const std::vector<bool>& variant) {
+  index_bases_.clear();
+  const loop::Body& b = n.body;
+  for (size_t i = 0; i < b.instrs.size(); ++i)
+    if (variant[i] && b.instrs[i].kind == InstrKind::Indirect && b.instrs[i].expr)
+      inner_vars.push_back(b.instrs[i].expr);
+  auto varies = [&](Expr e) {
+    for (Expr v : inner_vars)
+      if (ctx_.depends_on(e, v)) return true;
+    return false;
+  };
+  std::unordered_map<Expr, std::string> names;
+  auto consider = [&](BufferId id, const std::vector<Expr>& index) {
+    if (locals_.count(id)) return;
+    Expr flat = flat_index(id, index);
+    if (flat->kind != sym::ExprKind::Add || index_bases_.count(flat)) return;
+    std::vector<Expr> base, inner;
+    for (Expr t : flat->operands) (varies(t) ? inner : base).push_back(t);
+    if (base.empty() || inner.empty()) return;
+    Expr e = ctx_.sum(base);
+    bool unsafe = false;
+    if (!divides_by_symbol(ctx_, e, &unsafe) || unsafe) return;
+    auto [it, fresh] = names.emplace(e, "");
+    if (fresh) {
+      // Skip the graph's own symbol names (a size named base0 would be shadowed).
+      do it->second = "base" + std::to_string(next_base_++);
+      while (ctx_.has_symbol(it->second));
+      line("const int64_t " + it->second + " = " + idx(e) + ";");
+    }
+    index_bases_[flat] = {it->second, ctx_.sum(inner)};
+  };
+  for (size_t i = 0; i < b.instrs.size(); ++i)
+    if (variant[i] && b.instrs[i].kind == InstrKind::Load)
+      consider(b.instrs[i].buffer, b.instrs[i].index);
+  if (!n.is_reduction()) consider(n.out, n.store_index);
+}
+
+// A flat index as C++: a hoisted base (hoist_index_bases) plus the inner part, or all of it.
+std::string KernelEmitter::index_text(Expr flat) {
+  auto it = index_bases_.find(flat);
+  std::string base;
+  Expr rest = flat;
+  if (it != index_bases_.end()) {
+    base = it->second.first + " + ";
+    rest = it->second.second;
+  }
+  auto s = load_strides_.find(flat);
+  if (s == load_strides_.end()) return base + idx(rest);
+  Expr var = s->second.second;
+  return base + idx(ctx_.substitute(rest, {{var, ctx_.zero()}})) + " + " + s->second.first + "*" +
+         idx(var);
+}
+
+// Before a simd loop over `var` (the node's own loop variable): names each strided load's
+// step, `const int64_t strideN = coil::runtime_value(64);`, which index_text then prints as
+// `rest + strideN*var`. The first loads and stores of the node the loop runs are n's.
+void KernelEmitter::declare_load_strides(const ComputeNode& n, Expr var) {
+  for (const Instr& in : n.body.instrs) {
+    if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
+    Expr flat = flat_index(in.buffer, in.index);
+    if (load_strides_.count(flat) || tile_loads_.count({in.buffer, flat})) continue;
+    Expr d = step(flat, var);
+    auto c = ctx_.as_const(d);
+    if ((c && (*c == 0 || *c == 1)) || ctx_.depends_on(d, var)) continue;
+    std::string name;
+    do name = "stride" + std::to_string(next_stride_++);
+    while (ctx_.has_symbol(name));
+    line("const int64_t " + name + " = coil::runtime_value(" + idx(d) + ");");
+    load_strides_[flat] = {name, var};
+  }
+}
+
+// Per instruction of n's body: whether its value changes with any of `vars`.
+std::vector<bool> KernelEmitter::variant_instrs(const ComputeNode& n,
+                                                const std::vector<Expr>& vars) {
+  const loop::Body& b = n.body;
+  // The symbol an Indirect instruction binds (a gathered index) varies with the loop when
+  // the instruction does; loads indexed by it must not be hoisted above its definition.
+  std::vector<Expr> inner_vars = vars;
+  auto depends = [&](Expr e) {
+    if (e == nullptr) return false;
+    for (Expr v : inner_vars)
+      if (ctx_.depends_on(e, v)) return true;
+    return false;
+  };
+  std::vector<bool> variant(b.instrs.size(), false);
+  for (size_t i = 0; i < b.instrs.size(); ++i) {
+    const Instr& in = b.instrs[i];
+    bool v = false;
+    for (InstrId o : in.operands) v = v || (o >= 0 && variant[o]);
+    switch (in.kind) {
+      case InstrKind::Load:
+        v = v || (in.mask >= 0 && variant[in.mask]);
+        if (!locals_.count(in.buffer))
+          for (Expr e : in.index) v = v || depends(e);
+        break;
+      case InstrKind::IndexExpr:
+      case InstrKind::Rand:
+      case InstrKind::Randn:
+        v = v || depends(in.expr);
+        break;
+      case InstrKind::Indirect:
+        if (v && in.expr != nullptr) inner_vars.push_back(in.expr);
+        break;
+      default:
+        break;
+    }
+    variant[i] = v;
+    if (v && in.kind == InstrKind::Indirect && in.expr != nullptr) inner_vars.push_back(in.expr);
+  }
+  return variant;
+}
+
+void KernelEmitter::emit_instr(const loop::Body& b, InstrId i) {
+  const Instr& in = b.instrs[i];
+  std::string T = compute_ctype(in.dtype);
+  line("const " + T + " " + tmp(i) + " = " + instr_expr(b, i) + ";");
+  if (in.kind == InstrKind::Indirect) {
+    line("const int64_t " + cpp_identifier(in.expr->name) + " = " + tmp(i) + ";");
+  }
+}
+
+// Emits the body's instructions as statements; returns the result's expression.
+std::string KernelEmitter::emit_body(const ComputeNode& n) {
+  const loop::Body& b = n.body;
+  COIL_CHECK(b.result >= 0 && b.result < static_cast<int>(b.instrs.size()))
+      << buf(n.out).name << ": body without a result";
+  std::vector<bool> hoisted;
+  hoisted.swap(hoisted_);
+  for (size_t i = 0; i < b.instrs.size(); ++i) {
+    if (i < hoisted.size() && hoisted[i]) continue;
+    emit_instr(b, static_cast<InstrId>(i));
+  }
+  return tmp(b.result);
+}
+
+// The shared scalar expressions (backend/common/scalar_expr.h) with this emitter's names,
+// index printing and loads.
+std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
+  ScalarExprHooks h;
+  h.value = [&](InstrId i) { return tmp(i); };
+  h.index = [&](Expr e) { return idx(e); };
+  h.load = [&](const Instr& in, InstrId i) { return load_expr(b, in); };
+  return scalar_instr_expr(b, id, h);
+}
+
+std::string KernelEmitter::load_expr(const loop::Body& b, const Instr& in) {
+  const std::string T = compute_ctype(in.dtype);
+  std::string v;
+  if (locals_.count(in.buffer)) {
+    v = local_name(in.buffer);
+  } else {
+    const loop::Buffer& B = buf(in.buffer);
+    const Expr flat = flat_index(in.buffer, in.index);
+    auto tile = tile_loads_.find({in.buffer, flat});
+    v = tile != tile_loads_.end() ? tile->second : B.name + "[" + index_text(flat) + "]";
+    if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
+  }
+  if (in.mask >= 0) {
+    auto forced = forced_masks_.find(in.mask);
+    if (forced != forced_masks_.end()) return forced->second ? v : T + "(0)";
+    return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
+  }
+  return v;
+}
+
+}  // namespace detail
 
 CppSource emit_cpp(const loop::LoopProgram& program, const sched::Schedule& schedule,
                    const CompileOptions& options) {
@@ -1123,7 +749,7 @@ CppSource emit_cpp(const loop::LoopProgram& program, const sched::Schedule& sche
   os << "#include \"coil/kernel_prelude.h\"\n\n";
   CppSource src;
   for (const sched::KernelPlan& k : schedule.kernels) {
-    KernelEmitter(program, k, options, os).emit();
+    detail::KernelEmitter(program, k, options, os).emit();
     src.kernel_symbols.push_back(k.name);
   }
   src.code = os.str();
