@@ -1,11 +1,18 @@
-// coil-opt: parse a text graph, verify it, run passes, print the result — or, with
-// --emit=cuda / --emit=cpp, the kernels the backend generates for it (lowered and scheduled as
-// compile_graph does, prelude left out), so a kernel can be read without a GPU; --emit=fusion,
-// the scheduler's fusion log (every fusion taken or refused, with the reason) and schedule.
+// coil-opt: parse a text graph, verify it, run graph passes (src/passes), print the result — or,
+// with --emit=cuda / --emit=cpp, the kernels the backend generates for it (lowered and
+// scheduled as compile_graph does, prelude left out), so a kernel can be read without a GPU;
+// --emit=fusion, the scheduler's fusion log (every fusion taken or refused, with the reason)
+// and schedule.
 //
-//   coil-opt FILE [--passes=dce[,other...]] [--no-verify] [--emit=cuda|cpp|fusion]
+//   coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify] [--emit=cuda|cpp|fusion]
 //
-// FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr), 2 on bad usage.
+// The passes run in the order given (any sequence, repeats allowed). The graph is printed after
+// each pass that changed it, under a "# after <pass>" line (a comment: a single printout parses
+// back), or as it was read when none did; --final prints only the graph at the end (and --emit
+// only the kernels). Unless --no-verify, the graph's structure (verify_graph) and metas
+// (verify_graph_meta) are checked before the first pass and after each one; a failure after a
+// pass names it. FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr), 2 on
+// bad usage, 3 on an internal error (a pass that broke the graph).
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -21,35 +28,21 @@
 #include "coil/graph/printer.h"
 #include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
+#include "coil/passes/pass.h"
 #include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "coil/support/error.h"
 
 namespace {
 
-struct Pass {
-  std::string_view name;
-  std::string_view help;
-  void (*run)(coil::Graph& g);
-};
-
-constexpr Pass kPasses[] = {
-    {"dce", "remove nodes whose outputs are unused", [](coil::Graph& g) { g.remove_dead_nodes(); }},
-};
-
-const Pass* find_pass(std::string_view name) {
-  for (const Pass& p : kPasses) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
-}
-
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
-  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--no-verify] "
+  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify] "
                "[--emit=cuda|cpp|fusion]\n"
                "passes:\n";
-  for (const Pass& p : kPasses) std::cerr << "  " << p.name << "  " << p.help << "\n";
+  const coil::passes::PassRegistry registry = coil::passes::builtin_passes();
+  for (const auto& e : registry.entries())
+    std::cerr << "  " << e.name << "  " << e.description << "\n";
   return 2;
 }
 
@@ -71,28 +64,20 @@ std::string emit(const coil::Graph& g, std::string_view backend) {
 
 int main(int argc, char** argv) {
   std::string file;
-  std::vector<const Pass*> passes;
+  std::string pass_list;
   bool verify = true;
+  bool final_only = false;
   std::string_view emit_backend;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a.starts_with("--passes=")) {
-      std::string_view list = a.substr(9);
-      while (!list.empty()) {
-        size_t comma = list.find(',');
-        std::string_view name = list.substr(0, comma);
-        if (!name.empty()) {
-          const Pass* p = find_pass(name);
-          if (!p) return usage(("unknown pass '" + std::string(name) + "'").c_str());
-          passes.push_back(p);
-        }
-        if (comma == std::string_view::npos) break;
-        list.remove_prefix(comma + 1);
-      }
+      pass_list += "," + std::string(a.substr(9));  // several --passes= run one after another
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
       if (emit_backend != "cuda" && emit_backend != "cpp" && emit_backend != "fusion")
         return usage("--emit takes cuda, cpp or fusion");
+    } else if (a == "--final") {
+      final_only = true;
     } else if (a == "--no-verify") {
       verify = false;
     } else if (a == "-h" || a == "--help") {
@@ -104,6 +89,14 @@ int main(int argc, char** argv) {
     }
   }
   if (file.empty()) return usage("no input file");
+  coil::passes::Pipeline pipeline;
+  try {
+    pipeline = coil::passes::Pipeline::parse(pass_list, coil::passes::builtin_passes());
+  } catch (const coil::CompileError& e) {
+    std::string_view msg = e.what();  // "src/passes/pass.cpp:N: unknown pass 'x' (known: ...)"
+    size_t at = msg.find("unknown pass");
+    return usage(std::string(at == std::string_view::npos ? msg : msg.substr(at)).c_str());
+  }
   std::string text;
   if (file == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), {});
@@ -119,11 +112,29 @@ int main(int argc, char** argv) {
     coil::sym::Context ctx;
     auto g = coil::parse_graph(text, ctx);
     if (verify) coil::ops::verify_graph_meta(*g);
-    for (const Pass* p : passes) {
-      p->run(*g);
-      if (verify) coil::ops::verify_graph_meta(*g);
+    const bool print_each = emit_backend.empty() && !final_only;
+    bool printed = false;
+    coil::passes::PipelineOptions po;
+    po.verify_each = verify;
+    po.after_pass = [&](const coil::passes::Pass& p, bool changed, const coil::Graph& graph) {
+      if (verify) {
+        try {
+          coil::ops::verify_graph_meta(graph);
+        } catch (const coil::CompileError& e) {
+          COIL_INTERNAL_ERROR() << "after pass '" << p.name() << "': " << e.what();
+        }
+      }
+      if (print_each && changed) {
+        std::cout << "# after " << p.name() << "\n" << coil::print_graph(graph);
+        printed = true;
+      }
+    };
+    pipeline.run(*g, coil::CompileOptions{}, po);
+    if (!emit_backend.empty()) {
+      std::cout << emit(*g, emit_backend);
+    } else if (!printed) {
+      std::cout << coil::print_graph(*g);
     }
-    std::cout << (emit_backend.empty() ? coil::print_graph(*g) : emit(*g, emit_backend));
   } catch (const coil::CompileError& e) {
     // Parse errors start with "line:col: ", which reads well after "file:".
     std::string_view msg = e.what();

@@ -52,6 +52,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cpu_native_convolutions": bool,
     "cuda_native_depthwise": bool,
     "cpu_gemm": str,
+    "passes": str,
 }
 
 

@@ -20,6 +20,7 @@
 #include "coil/loop/printer.h"
 #include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
+#include "coil/passes/pass.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/runtime/program.h"
 #include "coil/sched/align.h"
@@ -76,10 +77,14 @@ class StageTimer {
   CompileArtifacts& a_;
 };
 
+// The graph after each pass that changed it: (file name, text), for the debug dump.
+using PassDumps = std::vector<std::pair<std::string, std::string>>;
+
 // Writes what the stages produced into `dir` (the graph's debug folder; the Python glue adds
 // the FX graph, the graph text, timings and fallbacks). Called after a failure too, so a
 // graph that does not compile still leaves its loop IR and generated source to look at.
-void dump(const CompileArtifacts& a, const std::string& dir, const std::string& error) {
+void dump(const CompileArtifacts& a, const PassDumps& passes, const std::string& dir,
+          const std::string& error) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -87,6 +92,7 @@ void dump(const CompileArtifacts& a, const std::string& dir, const std::string& 
   auto put = [&](const char* name, const std::string& s) {
     if (!s.empty()) std::ofstream(fs::path(dir) / name) << s;
   };
+  for (const auto& [name, text] : passes) put(name.c_str(), text);
   put("02_loop_program.txt", a.loop_program);
   put("03_schedule.txt", a.schedule);
   put("04_fusion_log.txt", a.fusion_log);
@@ -219,10 +225,27 @@ CudaKernels compile_cuda(const loop::LoopProgram& program, const sched::Schedule
   return k;
 }
 
+// The graph passes (src/passes, options.passes). Returns, for each node left, its position in
+// the graph as parsed (-1: added by a pass), the numbering the front end's per-op fallback uses;
+// with a debug dir, `dumps` gets 01b_<k>_after_<pass>.txt for the k-th pass if it changed it.
+std::vector<int> run_graph_passes(Graph& graph, const CompileOptions& options, PassDumps& dumps) {
+  passes::NodeOrigins origins(graph);
+  passes::PipelineOptions po;
+  int k = 0;
+  po.after_pass = [&](const passes::Pass& p, bool changed, const Graph& g) {
+    ++k;
+    if (changed && !options.debug_dir.empty())
+      dumps.emplace_back("01b_" + std::to_string(k) + "_after_" + std::string(p.name()) + ".txt",
+                         print_graph(g));
+  };
+  passes::build_pipeline(options).run(graph, options, po);
+  return origins.positions(graph);
+}
+
 // The pipeline proper; fills `a` as the stages finish, so a failure leaves what was done.
 std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
                                               const CompileOptions& options, FallbackFn fallback,
-                                              CompileArtifacts& a) {
+                                              CompileArtifacts& a, PassDumps& pass_dumps) {
   StageTimer time(a);
   // The Context outlives everything built from it: the Program keeps only compiled sizes.
   sym::Context ctx;
@@ -232,9 +255,14 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   std::unique_ptr<Graph> graph = time("parse", [&] { return parse_graph(graph_text, ctx); });
   time("verify", [&] { ops::verify_graph_meta(*graph); });
   a.input_graph = print_graph(*graph);
+  const std::vector<int> origin = run_graph_passes(*graph, options, pass_dumps);
   lower::LowerResult lowered = time("lower", [&] { return lower::lower_graph(*graph, options); });
   a.fallback_ops = lowered.fallback_ops;
   loop::LoopProgram& program = lowered.program;
+  for (loop::Step& step : program.steps) {  // node positions as the front end numbered them
+    auto* e = std::get_if<loop::ExternNode>(&step);
+    if (e && e->graph_node >= 0) e->graph_node = origin.at(e->graph_node);
+  }
   a.loop_program = loop::print_program(program);
   std::string align_log;
   sched::Schedule schedule = time("schedule", [&] {
@@ -285,12 +313,13 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
 std::unique_ptr<CompiledGraph> compile_graph(const std::string& graph_text,
                                              const CompileOptions& options, FallbackFn fallback) {
   CompileArtifacts a;
+  PassDumps pass_dumps;
   try {
-    auto compiled = compile_stages(graph_text, options, std::move(fallback), a);
-    if (!options.debug_dir.empty()) dump(a, options.debug_dir, "");
+    auto compiled = compile_stages(graph_text, options, std::move(fallback), a, pass_dumps);
+    if (!options.debug_dir.empty()) dump(a, pass_dumps, options.debug_dir, "");
     return compiled;
   } catch (const std::exception& e) {
-    if (!options.debug_dir.empty()) dump(a, options.debug_dir, e.what());
+    if (!options.debug_dir.empty()) dump(a, pass_dumps, options.debug_dir, e.what());
     throw;
   }
 }

@@ -42,7 +42,8 @@ namespace coil {
   X(int64_t, cuda_device, 0, false)              /* CUDA device ordinal the graph runs on */      \
   X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */   \
   X(bool, cuda_native_depthwise, true, true)     /* CUDA depthwise convs: generated loops */      \
-  X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */
+  X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */     \
+  X(std::string, passes, "dce,cse", true)        /* graph passes, in order (src/passes) */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

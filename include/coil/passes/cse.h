@@ -1,0 +1,27 @@
+// cse: common-subexpression elimination on the graph IR, the C++ port of python/coil/cse.py.
+//
+// Two nodes are identical when they apply the same op overload to the same arguments (the same
+// values, after earlier merges; equal constants of the same type: 1 and 1.0 and true differ;
+// keyword arguments in any order) and give outputs of the same metas. The later of two
+// identical nodes is removed and its uses read the earlier one; so chains of identical nodes
+// merge in one pass. Never merged: random ops (two draws stay two), ops with side effects or
+// without outputs (op_effects.h). A removed node's output that is a graph output becomes an
+// aten.clone.default of the earlier node's output (appended at the end of the graph), so no
+// two graph outputs share storage (the Python pass does the same); where the clone would not
+// have the output's meta (strides that are not row-major, a storage offset) both nodes stay,
+// and so does a clone that is itself a graph output (merged, it would be a clone again).
+#pragma once
+
+#include <memory>
+
+#include "coil/graph/graph.h"
+#include "coil/passes/pass.h"
+
+namespace coil::passes {
+
+// Returns how many nodes were merged into earlier identical ones.
+int eliminate_common_subexpressions(Graph& g);
+
+std::unique_ptr<Pass> make_cse_pass();
+
+}  // namespace coil::passes

@@ -1,0 +1,114 @@
+#include "coil/passes/pass.h"
+
+#include <algorithm>
+
+#include "coil/graph/verifier.h"
+#include "coil/passes/cse.h"
+#include "coil/passes/dce.h"
+#include "coil/support/error.h"
+
+namespace coil::passes {
+
+void PassRegistry::add(std::string name, std::string description, Factory make) {
+  COIL_CHECK(!name.empty() && name.find_first_of(", \t\n") == std::string::npos)
+      << "bad pass name '" << name << "'";
+  COIL_CHECK(!contains(name)) << "pass '" << name << "' registered twice";
+  COIL_CHECK(make != nullptr) << "pass '" << name << "' has no factory";
+  entries_.push_back({std::move(name), std::move(description), std::move(make)});
+}
+
+std::unique_ptr<Pass> PassRegistry::create(std::string_view name) const {
+  for (const Entry& e : entries_) {
+    if (e.name != name) continue;
+    std::unique_ptr<Pass> p = e.make();
+    COIL_CHECK(p != nullptr && p->name() == name)
+        << "the factory of pass '" << name << "' made '" << (p ? p->name() : "nothing") << "'";
+    return p;
+  }
+  return nullptr;
+}
+
+bool PassRegistry::contains(std::string_view name) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const Entry& e) { return e.name == name; });
+}
+
+PassRegistry builtin_passes() {
+  PassRegistry r;
+  r.add("dce", "remove nodes whose outputs nothing reads (side effects stay)", make_dce_pass);
+  r.add("cse", "merge identical nodes (same op, inputs, arguments; never random ops)",
+        make_cse_pass);
+  return r;
+}
+
+Pipeline Pipeline::parse(std::string_view list, const PassRegistry& registry) {
+  Pipeline p;
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  while (true) {
+    size_t comma = list.find(',');
+    std::string_view name = trim(list.substr(0, comma));
+    if (!name.empty()) {
+      std::unique_ptr<Pass> pass = registry.create(name);
+      if (pass == nullptr) {
+        std::string known;
+        for (const auto& e : registry.entries()) known += (known.empty() ? "" : ", ") + e.name;
+        COIL_UNSUPPORTED() << "unknown pass '" << name << "' (known: " << known << ")";
+      }
+      p.add(std::move(pass));
+    }
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return p;
+}
+
+void Pipeline::add(std::unique_ptr<Pass> pass) {
+  COIL_CHECK(pass != nullptr) << "null pass";
+  passes_.push_back(std::move(pass));
+}
+
+std::vector<std::string> Pipeline::run(Graph& g, const CompileOptions& options,
+                                       const PipelineOptions& po) const {
+  std::vector<std::string> changed;
+  if (po.verify_each && !passes_.empty()) verify_graph(g);  // the input: CompileError as is
+  for (const auto& p : passes_) {
+    Pass& pass = *p;
+    const bool did = pass.run(g, options);
+    if (po.verify_each) {
+      try {
+        verify_graph(g);
+      } catch (const CompileError& e) {
+        // A pass that breaks the graph is a bug in the pass.
+        COIL_INTERNAL_ERROR() << "after pass '" << pass.name() << "': " << e.what();
+      }
+    }
+    if (did) changed.emplace_back(pass.name());
+    if (po.after_pass) po.after_pass(pass, did, g);
+  }
+  return changed;
+}
+
+Pipeline build_pipeline(const CompileOptions& options) {
+  return Pipeline::parse(options.passes, builtin_passes());
+}
+
+NodeOrigins::NodeOrigins(const Graph& g) {
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    position_.emplace(g.nodes()[i], static_cast<int>(i));
+}
+
+std::vector<int> NodeOrigins::positions(const Graph& g) const {
+  std::vector<int> out;
+  out.reserve(g.nodes().size());
+  for (const Node* n : g.nodes()) {
+    auto it = position_.find(n);
+    out.push_back(it == position_.end() ? -1 : it->second);
+  }
+  return out;
+}
+
+}  // namespace coil::passes
