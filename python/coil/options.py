@@ -71,6 +71,7 @@ def _compile_option_fields() -> dict[str, type]:
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "cuda_graphs": bool, "cse": bool, "recompute": bool,
                                          "views_in_backward": bool,
+                                         "recompute_pointwise": bool,
                                          "log_softmax_via_logsumexp": bool,
                                          "free_backward_inputs": bool,
                                          "input_mutations_in_graph": bool}
@@ -123,6 +124,9 @@ class CoilOptions:
     # With the default partition, a view the backward reads of a value it gets anyway (a
     # parameter's transpose) is taken again in the backward instead of saved (partition.py).
     views_in_backward: bool = True
+    # With it, on CUDA graphs, cheap elementwise values the backward can compute again from what
+    # it gets anyway are not saved either (GELU and LayerNorm outputs; partition.py).
+    recompute_pointwise: bool = True
     # Training graphs compute float32 log_softmax / cross_entropy as x - logsumexp(x), so the
     # backward saves the logits and a value per row, not the log-probabilities
     # (log_softmax_rewrite.py).

@@ -12,6 +12,13 @@ forward, ~8 us each. So a view chain whose base the backward gets anyway (a forw
 which the forward returns as it is, or a value the backward also reads directly) is cloned
 into the backward for its backward readers, and the base is saved instead. In the backward the
 view is free: coil lowers views to index arithmetic.
+
+On the GPU, where a training step's peak memory is mostly saved activations, the same holds
+for chains of cheap elementwise ops (option recompute_pointwise): a GELU's output is computed
+again from its input, which the GELU's gradient saves anyway, and a LayerNorm's output from its
+input and statistics. Each costs the backward one elementwise pass; each saves an activation
+(GPT-2 at the GPU size: 12 x 48 MiB of GELU outputs alone). On the CPU the extra passes cost
+time the dashboard measures, and memory is not the constraint, so they stay saved there.
 """
 
 from __future__ import annotations
@@ -56,10 +63,33 @@ def _forward_region(graph: fx.Graph) -> set[fx.Node]:
             if not (n.op == "placeholder" and "tangents" in str(n.target))}
 
 
-def views_taken_in_backward(joint: fx.GraphModule) -> int:
-    """Clones into the backward each forward view chain the backward reads whose base the
-    backward gets anyway; returns how many chains moved. The forward keeps its own chain for
-    its own readers (dead code if none)."""
+# Chains longer than this (nodes cloned into the backward for one saved value) stay saved.
+MAX_RECOMPUTED_CHAIN = 12
+
+
+def _is_cheap_pointwise(node: fx.Node) -> bool:
+    """An elementwise op without randomness whose result is one tensor on the device of its
+    inputs: recomputing it costs one pass over its operands."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    tags = node.target.tags
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False
+    if node.target is aten._to_copy.default:  # a cast, not a move to another device
+        src = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        return isinstance(src, torch.Tensor) and src.device == node.meta["val"].device
+    return torch.Tag.pointwise in tags
+
+
+def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> int:
+    """Clones into the backward the forward values the backward reads that it can compute again
+    from what it gets anyway (forward inputs, and forward values it reads directly): views,
+    and with `pointwise` chains of cheap elementwise ops (a GELU's output next to its saved
+    input, a LayerNorm's output next to its saved input and statistics). Returns how many
+    saved values are taken again. The forward keeps its own nodes for its own readers (dead
+    code if none)."""
     graph = joint.graph
     forward = _forward_region(graph)
     if not forward:
@@ -70,23 +100,45 @@ def views_taken_in_backward(joint: fx.GraphModule) -> int:
     def backward_readers(n: fx.Node) -> list[fx.Node]:
         return [u for u in n.users if u not in forward and u.op != "output"]
 
-    def root(n: fx.Node) -> fx.Node:
-        while _is_view(n):
-            n = n.args[0]
-        return n
+    # What the backward gets anyway: forward inputs, and the values it reads (saved today;
+    # those taken again below are still there, through their clones).
+    read = {n for n in graph.nodes if n in forward and backward_readers(n)}
 
-    def base_reaches_backward(r: fx.Node) -> bool:
-        if r not in forward or r in mutated:
-            return False
-        # A forward input comes back as it is; any other value only if the backward reads it
-        # directly (else saving the base instead of the view saves nothing).
-        return _is_primal(r) or any(not _is_view(u) for u in backward_readers(r))
+    def available(n: fx.Node) -> bool:
+        return n in forward and n not in mutated and (_is_primal(n) or n in read)
 
-    candidates = [n for n in graph.nodes
-                  if n in forward and _is_view(n) and backward_readers(n)
-                  and base_reaches_backward(root(n))]
+    def recomputable(n: fx.Node) -> bool:
+        return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
+
+    def chain(n: fx.Node) -> set[fx.Node] | None:
+        """The nodes to clone to compute n again from available values (n included), or None
+        where some operand is neither available nor recomputable, or the chain is too long."""
+        need: set[fx.Node] = set()
+        stack = [n]
+        while stack:
+            m = stack.pop()
+            if m in need:
+                continue
+            if m is not n and available(m):
+                continue
+            if m in mutated or not recomputable(m):
+                return None
+            need.add(m)
+            if len(need) > MAX_RECOMPUTED_CHAIN:
+                return None
+            stack.extend(a for a in m.all_input_nodes
+                         if isinstance(a.meta.get("val"), torch.Tensor))
+        return need
+
+    candidates = []
+    for n in graph.nodes:
+        if n in read and recomputable(n):
+            c = chain(n)
+            if c is not None:
+                candidates.append(n)
     if not candidates:
         return 0
+    taken = set(candidates)
     # Clones go right after the forward (the partition puts what follows in the backward),
     # after every placeholder.
     cursor = [n for n in graph.nodes if n in forward][-1]
@@ -96,16 +148,18 @@ def views_taken_in_backward(joint: fx.GraphModule) -> int:
 
     def clone(n: fx.Node) -> fx.Node:
         nonlocal cursor
-        if not _is_view(n):
-            return n  # the base itself
-        if n not in clones:
-            parent = clone(n.args[0])
-            with graph.inserting_after(cursor):
-                c = graph.node_copy(n, lambda a: parent if a is n.args[0] else a)
-            c.meta.pop("partitioner_tag", None)
-            c.meta.pop("recompute", None)
-            clones[n] = cursor = c
-        return clones[n]
+        if n in clones:
+            return clones[n]
+        if available(n) and n not in taken:
+            return n  # saved, as it is
+        args = {a: clone(a) for a in n.all_input_nodes
+                if isinstance(a.meta.get("val"), torch.Tensor)}
+        with graph.inserting_after(cursor):
+            c = graph.node_copy(n, lambda a: args.get(a, a))
+        c.meta.pop("partitioner_tag", None)
+        c.meta.pop("recompute", None)
+        clones[n] = cursor = c
+        return c
 
     for n in candidates:
         readers = backward_readers(n)
@@ -117,26 +171,37 @@ def views_taken_in_backward(joint: fx.GraphModule) -> int:
     return len(candidates)
 
 
-def _default_partition_with_views_in_backward(joint: fx.GraphModule, joint_inputs: Any, **kw):
+def _on_cuda(joint: fx.GraphModule) -> bool:
+    for n in joint.graph.nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+            return True
+    return False
+
+
+def _default_partition_taking_values_again(joint: fx.GraphModule, joint_inputs: Any, *,
+                                           recompute_pointwise: bool = False, **kw):
     from torch._functorch.partitioners import default_partition
 
     try:
-        n = views_taken_in_backward(joint)
+        n = taken_again_in_backward(joint, pointwise=recompute_pointwise and _on_cuda(joint))
         if n:
-            log.debug("coil: %d saved view(s) taken again in the backward", n)
+            log.debug("coil: %d saved value(s) taken again in the backward", n)
     except Exception as e:  # an optimization: the plain partition is always right
         log.debug("coil: views kept saved (%s: %s)", type(e).__name__, e)
     return default_partition(joint, joint_inputs, **kw)
 
 
-def partition_kwargs(recompute: bool, views_in_backward: bool = True) -> dict[str, Any]:
+def partition_kwargs(recompute: bool, views_in_backward: bool = True,
+                     recompute_pointwise: bool = True) -> dict[str, Any]:
     """aot_module_simplified's partition_fn for coil's options.
 
     recompute on (and networkx, which it needs, installed): AOTAutograd's min-cut partitioner,
     which recomputes values cheap to recompute from what the backward saves anyway in the
     backward's fused kernels (views among them). Off (the default; measured slower and larger
     for GPT-2 training, docs/decisions.md): the default partition, with views taken again in
-    the backward (views_taken_in_backward)."""
+    the backward, and on the GPU (recompute_pointwise) cheap elementwise values too
+    (taken_again_in_backward)."""
     if recompute:
         try:
             import networkx  # noqa: F401
@@ -148,4 +213,5 @@ def partition_kwargs(recompute: bool, views_in_backward: bool = True) -> dict[st
                                                       compiler="inductor")}
     if not views_in_backward:
         return {}  # AOTAutograd's default partition as it is
-    return {"partition_fn": _default_partition_with_views_in_backward}
+    return {"partition_fn": functools.partial(_default_partition_taking_values_again,
+                                              recompute_pointwise=recompute_pointwise)}

@@ -75,3 +75,31 @@ def test_training_matches_eager_and_saves_no_views_of_inputs(views_in_backward):
         assert kinds.count("input") >= 3, "the parameters are saved as they are"
     else:
         assert "view" in kinds, "the pass is what removes the saved views"
+
+
+def test_pointwise_values_taken_again_match_eager_and_are_not_saved(monkeypatch):
+    """recompute_pointwise (on for CUDA graphs; forced here on the CPU): the GELU's and the
+    LayerNorm's outputs are computed again in the backward from their saved inputs (and
+    statistics), so the forward returns fewer values, and every gradient still matches."""
+    from coil import partition
+
+    counts = {}
+    for on in (False, True):
+        torch._dynamo.reset()
+        monkeypatch.setattr(partition, "_on_cuda", lambda joint: on)
+        torch.manual_seed(0)
+        eager_model = _Block()
+        model = copy.deepcopy(eager_model)
+        x = torch.randn(8, 16)
+        before = set(map(id, _forward_fns()))
+        compiled = torch.compile(model, backend="coil", options={"strict": True})
+        got = _train(model, compiled, x)
+        want = _train(eager_model, eager_model, x)
+        for a, b in zip(got[0], want[0]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        for ga, gb in zip(got[1], want[1]):
+            for a, b in zip(ga, gb):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        (fn,) = [f for f in _forward_fns() if id(f) not in before]
+        counts[on] = [k for k, _ in fn.exported.output_spec].count("tensor")
+    assert counts[True] < counts[False], counts
