@@ -149,6 +149,9 @@ class CoilOptions:
         d["strict"] = self.strict
         d["cache_dir"] = self.cache_dir
         d["debug_dir"] = str(graph_dump_dir) if graph_dump_dir else ""
+        if not self.cse and "passes" not in d:
+            # cse off means no merging at all: neither the FX pass nor the C++ one (src/passes).
+            d["passes"] = "dce"
         return d
 
 

@@ -90,3 +90,13 @@ def test_option_turns_it_off(tmp_path):
     torch.compile(f, backend="coil", options={"cse": False, "debug_dir": str(tmp_path)})(
         torch.randn(8))
     assert "cse:" not in "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
+
+
+def test_cse_off_also_turns_off_the_cpp_pass():
+    """Option cse=False: no merging anywhere, so the C++ pipeline runs without its cse pass
+    (an explicit `passes` list wins)."""
+    from coil.options import build_options
+
+    assert build_options({"cse": False}).compile_options()["passes"] == "dce"
+    assert "passes" not in build_options({}).compile_options()
+    assert build_options({"cse": False, "passes": "cse"}).compile_options()["passes"] == "cse"
