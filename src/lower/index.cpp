@@ -117,11 +117,54 @@ namespace {
 
 using namespace detail;
 
+// Integer value `v` as an expression over the loop indices, where it is one: integer constants,
+// index expressions, casts between integer types, sums, differences and products (an arange,
+// start + i * step, inlined as an embedding's or a gather's indices). nullopt where it reads
+// memory or does anything else.
+std::optional<Expr> affine_value(sym::Context& c, const loop::Body& body, InstrId v,
+                                 int depth = 0) {
+  if (v < 0 || depth > 16) return std::nullopt;
+  const Instr& in = body.instrs[static_cast<size_t>(v)];
+  const bool integer = in.dtype == DType::Int64 || in.dtype == DType::Int32;
+  if (!integer) return std::nullopt;
+  switch (in.kind) {
+    case InstrKind::Constant:
+      return c.constant(in.ivalue);
+    case InstrKind::IndexExpr:
+      return in.expr;
+    case InstrKind::Cast: {
+      const Instr& from = body.instrs[static_cast<size_t>(in.operands[0])];
+      // Narrowing to Int32 could wrap; an index fits Int64.
+      if (in.dtype != DType::Int64 || (from.dtype != DType::Int64 && from.dtype != DType::Int32))
+        return std::nullopt;
+      return affine_value(c, body, in.operands[0], depth + 1);
+    }
+    case InstrKind::Add:
+    case InstrKind::Sub:
+    case InstrKind::Mul: {
+      if (in.dtype != DType::Int64) return std::nullopt;
+      std::optional<Expr> a = affine_value(c, body, in.operands[0], depth + 1);
+      std::optional<Expr> b = a ? affine_value(c, body, in.operands[1], depth + 1) : std::nullopt;
+      if (!b) return std::nullopt;
+      return in.kind == InstrKind::Add   ? c.add(*a, *b)
+             : in.kind == InstrKind::Sub ? c.sub(*a, *b)
+                                         : c.mul(*a, *b);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
 // A fresh indirect-index symbol bound to integer value `v` (wrapped into [0, size) when
-// `wrap_negative`), with range [0, size - 1] when size is known.
+// `wrap_negative`), with range [0, size - 1] when size is known. Where v is an expression over
+// the loop indices known to be non-negative (an arange's positions), that expression itself:
+// the load stays affine, so it vectorizes and its buffer's dependency stays exact.
 Expr indirect_index(LoweringContext& ctx, BodyBuilder& b, InstrId v, Expr size,
                     bool wrap_negative) {
   sym::Context& c = ctx.ctx();
+  if (std::optional<Expr> e = affine_value(c, b.body(), v)) {
+    if (c.bounds(*e).lo >= 0) return *e;
+  }
   v = b.cast(v, DType::Int64);
   if (wrap_negative) {
     InstrId zero = b.int_constant(0, DType::Int64);
