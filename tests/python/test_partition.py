@@ -50,6 +50,15 @@ def _train(model, fn, x, steps=3):
     return losses, grads
 
 
+def _assert_same_training(got, want):
+    """Losses and every gradient of every step as eager's."""
+    for a, b in zip(got[0], want[0]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for ga, gb in zip(got[1], want[1]):
+        for a, b in zip(ga, gb):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("views_in_backward", [True, False])
 def test_training_matches_eager_and_saves_no_views_of_inputs(views_in_backward):
     torch._dynamo.reset()
@@ -62,11 +71,7 @@ def test_training_matches_eager_and_saves_no_views_of_inputs(views_in_backward):
                              options={"strict": True, "views_in_backward": views_in_backward})
     got = _train(model, compiled, x)
     want = _train(eager_model, eager_model, x)
-    for a, b in zip(got[0], want[0]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    for ga, gb in zip(got[1], want[1]):
-        for a, b in zip(ga, gb):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_same_training(got, want)
     fns = [f for f in _forward_fns() if id(f) not in before]
     assert len(fns) == 1
     kinds = [k for k, _ in fns[0].exported.output_spec]
@@ -95,11 +100,7 @@ def test_pointwise_values_taken_again_match_eager_and_are_not_saved(monkeypatch)
         compiled = torch.compile(model, backend="coil", options={"strict": True})
         got = _train(model, compiled, x)
         want = _train(eager_model, eager_model, x)
-        for a, b in zip(got[0], want[0]):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-        for ga, gb in zip(got[1], want[1]):
-            for a, b in zip(ga, gb):
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        _assert_same_training(got, want)
         (fn,) = [f for f in _forward_fns() if id(f) not in before]
         counts[on] = [k for k, _ in fn.exported.output_spec].count("tensor")
     assert counts[True] < counts[False], counts
