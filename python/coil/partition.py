@@ -110,9 +110,9 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     def recomputable(n: fx.Node) -> bool:
         return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
 
-    def chain(n: fx.Node) -> set[fx.Node] | None:
-        """The nodes to clone to compute n again from available values (n included), or None
-        where some operand is neither available nor recomputable, or the chain is too long."""
+    def can_take_again(n: fx.Node) -> bool:
+        """Whether n can be computed again from available values by cloning at most
+        MAX_RECOMPUTED_CHAIN recomputable nodes (n included)."""
         need: set[fx.Node] = set()
         stack = [n]
         while stack:
@@ -122,20 +122,15 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
             if m is not n and available(m):
                 continue
             if m in mutated or not recomputable(m):
-                return None
+                return False
             need.add(m)
             if len(need) > MAX_RECOMPUTED_CHAIN:
-                return None
+                return False
             stack.extend(a for a in m.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor))
-        return need
+        return True
 
-    candidates = []
-    for n in graph.nodes:
-        if n in read and recomputable(n):
-            c = chain(n)
-            if c is not None:
-                candidates.append(n)
+    candidates = [n for n in graph.nodes if n in read and recomputable(n) and can_take_again(n)]
     if not candidates:
         return 0
     taken = set(candidates)
@@ -188,7 +183,8 @@ def _default_partition_taking_values_again(joint: fx.GraphModule, joint_inputs: 
         if n:
             log.debug("coil: %d saved value(s) taken again in the backward", n)
     except Exception as e:  # an optimization: the plain partition is always right
-        log.debug("coil: views kept saved (%s: %s)", type(e).__name__, e)
+        log.debug("coil: saved values kept as the default partition has them (%s: %s)",
+                  type(e).__name__, e)
     return default_partition(joint, joint_inputs, **kw)
 
 

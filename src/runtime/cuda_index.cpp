@@ -16,6 +16,7 @@
 
 #include "coil/support/error.h"
 #include "cuda_steps.h"
+#include "index_put_shape.h"
 
 namespace coil::runtime::detail {
 
@@ -102,24 +103,6 @@ struct IndexAdd {
   int rank, k;
 };
 
-// The strides of `t` read over `shape` (right-aligned, as broadcasting aligns): 0 where t has
-// size 1 or no dim; false where the shapes do not broadcast.
-bool broadcast_strides(const RuntimeTensor& t, const std::vector<int64_t>& shape, size_t at,
-                       size_t span, int64_t* out) {
-  const size_t r = t.sizes.size();
-  if (r > span) return false;
-  for (size_t d = 0; d < span; ++d) out[at + d] = 0;
-  for (size_t d = 0; d < r; ++d) {
-    const size_t s = at + span - r + d;
-    if (t.sizes[d] == shape[s]) {
-      out[s] = shape[s] == 1 ? 0 : t.strides[d];
-    } else if (t.sizes[d] != 1) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 bool CudaSteps::index_put_accumulate(const RuntimeTensor& self,
@@ -137,46 +120,17 @@ bool CudaSteps::index_put_accumulate(const RuntimeTensor& self,
     if (dims[j] < 0 || dims[j] >= static_cast<int64_t>(rank) || (j && dims[j] <= dims[j - 1]))
       return *why = "index dims", false;
   }
-  // The indices' broadcast shape, and the result's shape as index_put defines it: the
-  // broadcast shape in place of the indexed dims when they are adjacent, else first.
-  std::vector<int64_t> bshape;
-  for (const RuntimeTensor& ix : indices) {
-    if (ix.sizes.size() > bshape.size())
-      bshape.insert(bshape.begin(), ix.sizes.size() - bshape.size(), 1);
-    const size_t lead = bshape.size() - ix.sizes.size();
-    for (size_t d = 0; d < ix.sizes.size(); ++d) {
-      int64_t& b = bshape[lead + d];
-      if (b != 1 && ix.sizes[d] != 1 && b != ix.sizes[d]) return *why = "index shapes", false;
-      if (b == 1) b = ix.sizes[d];
-    }
-  }
-  const bool adjacent = dims.back() - dims.front() == static_cast<int64_t>(k) - 1;
-  const int64_t insert_at = adjacent ? dims.front() : 0;
-  std::vector<int64_t> rest;
-  for (size_t d = 0, j = 0; d < rank; ++d) {
-    if (j < k && dims[j] == static_cast<int64_t>(d)) {
-      ++j;
-      continue;
-    }
-    rest.push_back(static_cast<int64_t>(d));
-  }
-  size_t before = 0;
-  for (int64_t d : rest)
-    if (d < insert_at) ++before;
-  std::vector<int64_t> shape;
+  std::optional<IndexPutShape> ps = index_put_shape(self.sizes, indices, dims, why);
+  if (!ps) return false;
+  const std::vector<int64_t>& shape = ps->result;
+  const std::vector<int64_t>& bshape = ps->bshape;
+  const size_t before = ps->before;
+  // out's strides over the result: the rest dims', 0 over the broadcast index dims.
   std::vector<int64_t> ostride;
-  for (size_t i = 0; i < before; ++i) {
-    shape.push_back(self.sizes[rest[i]]);
-    ostride.push_back(out.strides[rest[i]]);
-  }
-  for (int64_t b : bshape) {
-    shape.push_back(b);
-    ostride.push_back(0);
-  }
-  for (size_t i = before; i < rest.size(); ++i) {
-    shape.push_back(self.sizes[rest[i]]);
-    ostride.push_back(out.strides[rest[i]]);
-  }
+  for (size_t i = 0; i < before; ++i) ostride.push_back(out.strides[ps->rest_dims[i]]);
+  ostride.insert(ostride.end(), bshape.size(), 0);
+  for (size_t i = before; i < ps->rest_dims.size(); ++i)
+    ostride.push_back(out.strides[ps->rest_dims[i]]);
   if (shape.size() > static_cast<size_t>(kMaxRank)) return *why = "rank", false;
   IndexAdd a;
   std::memset(&a, 0, sizeof(a));
@@ -188,11 +142,12 @@ bool CudaSteps::index_put_accumulate(const RuntimeTensor& self,
     a.ostride[d] = ostride[d];
     a.n *= shape[d];
   }
-  if (!broadcast_strides(values, shape, 0, shape.size(), a.vstride))
-    return *why = "values shape", false;
+  const RuntimeTensor v_over = broadcast_to(values, shape, "index_put");
+  std::copy(v_over.strides.begin(), v_over.strides.end(), a.vstride);
   for (size_t j = 0; j < k; ++j) {
-    if (!broadcast_strides(indices[j], shape, before, bshape.size(), a.istride[j]))
-      return *why = "index shapes", false;
+    // Index j's strides over the broadcast dims of the result, 0 over the others.
+    const RuntimeTensor i_over = broadcast_to(indices[j], bshape, "index_put");
+    std::copy(i_over.strides.begin(), i_over.strides.end(), a.istride[j] + before);
     a.isize[j] = self.sizes[dims[j]];
     a.istep[j] = out.strides[dims[j]];
   }

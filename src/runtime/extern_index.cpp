@@ -4,6 +4,63 @@
 
 #include "coil/runtime/extern_kernels.h"
 #include "element.h"
+#include "index_put_shape.h"
+
+namespace coil::runtime::detail {
+
+std::optional<IndexPutShape> index_put_shape(const std::vector<int64_t>& self_sizes,
+                                             const std::vector<RuntimeTensor>& indices,
+                                             const std::vector<int64_t>& dims, std::string* why) {
+  IndexPutShape s;
+  for (const RuntimeTensor& ix : indices) {
+    if (ix.sizes.size() > s.bshape.size())
+      s.bshape.insert(s.bshape.begin(), ix.sizes.size() - s.bshape.size(), 1);
+    const size_t lead = s.bshape.size() - ix.sizes.size();
+    for (size_t d = 0; d < ix.sizes.size(); ++d) {
+      int64_t& b = s.bshape[lead + d];
+      if (b != 1 && ix.sizes[d] != 1 && b != ix.sizes[d]) {
+        *why = "index shapes cannot be broadcast together";
+        return std::nullopt;
+      }
+      if (b == 1) b = ix.sizes[d];
+    }
+  }
+  const size_t k = dims.size(), rank = self_sizes.size();
+  const bool adjacent = dims.back() - dims.front() == static_cast<int64_t>(k) - 1;
+  const int64_t insert_at = adjacent ? dims.front() : 0;
+  for (size_t d = 0, j = 0; d < rank; ++d) {
+    if (j < k && dims[j] == static_cast<int64_t>(d)) {
+      ++j;
+      continue;
+    }
+    s.rest_dims.push_back(static_cast<int64_t>(d));
+  }
+  for (int64_t d : s.rest_dims)
+    if (d < insert_at) ++s.before;
+  for (size_t i = 0; i < s.before; ++i) s.result.push_back(self_sizes[s.rest_dims[i]]);
+  s.result.insert(s.result.end(), s.bshape.begin(), s.bshape.end());
+  for (size_t i = s.before; i < s.rest_dims.size(); ++i)
+    s.result.push_back(self_sizes[s.rest_dims[i]]);
+  return s;
+}
+
+RuntimeTensor broadcast_to(const RuntimeTensor& t, const std::vector<int64_t>& sizes,
+                           const char* what) {
+  COIL_USER_CHECK(t.sizes.size() <= sizes.size()) << what << ": cannot broadcast";
+  RuntimeTensor r = t;
+  size_t lead = sizes.size() - t.sizes.size();
+  r.sizes = sizes;
+  r.strides.assign(sizes.size(), 0);
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    COIL_USER_CHECK(t.sizes[d] == sizes[lead + d] || t.sizes[d] == 1)
+        << what << ": shape mismatch: cannot broadcast dim " << d << " of size " << t.sizes[d]
+        << " to " << sizes[lead + d];
+    r.strides[lead + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
+  }
+  return r;
+}
+
+}  // namespace coil::runtime::detail
 
 namespace coil::runtime::kernels {
 
@@ -35,23 +92,6 @@ void add_into(T* dst, T v) {
   } else {
     *dst = from_double<T>(to_double(*dst) + to_double(v));
   }
-}
-
-// A view of `t` broadcast (right-aligned) to `sizes`.
-RuntimeTensor broadcast_to(const RuntimeTensor& t, const std::vector<int64_t>& sizes,
-                           const char* what) {
-  COIL_USER_CHECK(t.sizes.size() <= sizes.size()) << what << ": cannot broadcast";
-  RuntimeTensor r = t;
-  size_t lead = sizes.size() - t.sizes.size();
-  r.sizes = sizes;
-  r.strides.assign(sizes.size(), 0);
-  for (size_t d = 0; d < t.sizes.size(); ++d) {
-    COIL_USER_CHECK(t.sizes[d] == sizes[lead + d] || t.sizes[d] == 1)
-        << what << ": shape mismatch: cannot broadcast dim " << d << " of size " << t.sizes[d]
-        << " to " << sizes[lead + d];
-    r.strides[lead + d] = t.sizes[d] == 1 ? 0 : t.strides[d];
-  }
-  return r;
 }
 
 // index_put of a float tensor whose values are contiguous in the indexed result's order: the
@@ -133,42 +173,15 @@ void index_put(const RuntimeTensor& self, const std::vector<RuntimeTensor>& indi
                     (j == 0 || dims[j] > dims[j - 1]))
         << "index_put: dims must be ascending and within the rank";
   copy(self, out);
-  // Broadcast shape of the indices.
-  std::vector<int64_t> bshape;
-  for (const auto& ix : indices) {
-    if (ix.sizes.size() > bshape.size())
-      bshape.insert(bshape.begin(), ix.sizes.size() - bshape.size(), 1);
-    size_t lead = bshape.size() - ix.sizes.size();
-    for (size_t d = 0; d < ix.sizes.size(); ++d) {
-      int64_t& b = bshape[lead + d];
-      COIL_USER_CHECK(b == 1 || ix.sizes[d] == 1 || b == ix.sizes[d])
-          << "index_put: index shapes cannot be broadcast together";
-      if (b == 1) b = ix.sizes[d];
-    }
-  }
+  std::string why;
+  std::optional<IndexPutShape> shape = index_put_shape(self.sizes, indices, dims, &why);
+  COIL_USER_CHECK(shape.has_value()) << "index_put: " << why;
+  const std::vector<int64_t>& bshape = shape->bshape;
+  const std::vector<int64_t>& rest_dims = shape->rest_dims;
+  const std::vector<int64_t>& rshape = shape->result;
+  const size_t before = shape->before, nb = bshape.size();
   std::vector<RuntimeTensor> bidx;
   for (const auto& ix : indices) bidx.push_back(broadcast_to(ix, bshape, "index_put"));
-  // The indexed result's shape: the broadcast shape replaces the indexed dims in place when
-  // they are adjacent, else it goes first.
-  bool adjacent = dims.back() - dims.front() == static_cast<int64_t>(k) - 1;
-  int64_t insert_at = adjacent ? dims.front() : 0;
-  std::vector<int64_t> rest_dims;  // dims of self not indexed, in order
-  for (size_t d = 0, j = 0; d < rank; ++d) {
-    if (j < k && dims[j] == static_cast<int64_t>(d)) {
-      ++j;
-      continue;
-    }
-    rest_dims.push_back(static_cast<int64_t>(d));
-  }
-  std::vector<int64_t> rshape;
-  size_t nb = bshape.size();
-  // Layout of the result index: rest dims before insert_at, then B, then the other rest dims.
-  size_t before = 0;
-  for (int64_t d : rest_dims)
-    if (d < insert_at) ++before;
-  for (size_t i = 0; i < before; ++i) rshape.push_back(self.sizes[rest_dims[i]]);
-  rshape.insert(rshape.end(), bshape.begin(), bshape.end());
-  for (size_t i = before; i < rest_dims.size(); ++i) rshape.push_back(self.sizes[rest_dims[i]]);
   RuntimeTensor vals = broadcast_to(values, rshape, "index_put");
   if (index_by_offsets(out, bidx, dims, bshape, rest_dims, before, vals, accumulate)) return;
   std::vector<int64_t> pos(rank);

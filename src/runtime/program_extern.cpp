@@ -109,9 +109,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
       const size_t k = ins.size() - 2;
       std::vector<RuntimeTensor> idx(ins.begin() + 1, ins.begin() + 1 + k);
       std::vector<int64_t> dims(call.ints.begin() + 1, call.ints.end());
-      if (call.ints[0] != 0 &&
-          cuda->index_put_accumulate(ins[0], idx, dims, ins.back(), out, rc.stream, &why))
-        return;
+      // (Provider::Library only where init found ints[0], accumulate, set.)
+      if (cuda->index_put_accumulate(ins[0], idx, dims, ins.back(), out, rc.stream, &why)) return;
     } else {
       RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
       if (cuda_matmul(call, ins, out, rc, &why)) return;

@@ -399,5 +399,58 @@ TEST(IndexLowering, EmbeddingBackwardIsAccumulatingIndexPut) {
   EXPECT_EQ(l.ctx->as_const(prog.buffer(ex[0]->inputs[2]).sizes[0]), 6);  // grad [6, 4]
 }
 
+// On the GPU an accumulating float32/float64 index_put is the IndexPut extern, which the runtime
+// runs with coil's atomic scatter (runtime/cuda_index.cpp); other dtypes and plain puts stay
+// ATen's call (Fallback extern).
+TEST(IndexLowering, CudaAccumulatingIndexPutIsTheScatterExtern) {
+  auto kind_of = [](const char* dtype, const char* accumulate) {
+    std::string text =
+        std::string("graph(%0: ") + dtype + "[8, 4]@cuda, %1: i64[5]@cuda, %2: " + dtype +
+        "[5, 4]@cuda):\n  %3: " + dtype + "[8, 4]@cuda = aten.index_put.default(%0, [%1], %2, " +
+        accumulate + ")\n  return (%3)\n";
+    Lowered l = lower_text(text, /*strict=*/false);
+    auto ex = externs(l);
+    EXPECT_EQ(ex.size(), 1u) << text;
+    return ex.empty() ? ExternKind::Mm : ex[0]->kind;
+  };
+  EXPECT_EQ(kind_of("f32", "true"), ExternKind::IndexPut);
+  EXPECT_EQ(kind_of("f64", "true"), ExternKind::IndexPut);
+  EXPECT_EQ(kind_of("bf16", "true"), ExternKind::Fallback);
+  EXPECT_EQ(kind_of("f32", "false"), ExternKind::Fallback);
+}
+
+TEST(IndexLowering, CudaEmbeddingBackwardIsTheScatterExtern) {
+  Lowered l = lower_text(R"(graph(%0: f32[2, 3, 4]@cuda, %1: i64[2, 3]@cuda):
+  %2: f32[10, 4]@cuda = aten.embedding_dense_backward.default(%0, %1, 10, -1, false)
+  return (%2)
+)");
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0]->kind, ExternKind::IndexPut);
+  EXPECT_EQ(ex[0]->ints, (std::vector<int64_t>{1, 0}));
+}
+
+// ATen's fused attention allocates all of its outputs, so its extern says so: the runtime may
+// let them take over storages the memory plan shares instead of copying them in.
+TEST(IndexLowering, FusedAttentionOutputsAreFresh) {
+  Lowered l = lower_text(
+      R"(graph(%0: bf16[2, 4, 16, 8]@cuda, %1: bf16[2, 4, 16, 8]@cuda, %2: bf16[2, 4, 16, 8]@cuda):
+  %3: bf16[2, 4, 16, 8]@cuda, %4: f32[2, 4, 16, 1]@cuda, %5: i64[]@cuda, %6: i64[]@cuda = aten._scaled_dot_product_cudnn_attention.default(%0, %1, %2, None, false, 0.0, true, false)
+  return (%3)
+)",
+      /*strict=*/false);
+  auto ex = externs(l);
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_TRUE(ex[0]->fresh_outputs);
+  Lowered put = lower_text(R"(graph(%0: bf16[8, 4]@cuda, %1: i64[5]@cuda, %2: bf16[5, 4]@cuda):
+  %3: bf16[8, 4]@cuda = aten.index_put.default(%0, [%1], %2, false)
+  return (%3)
+)",
+                           /*strict=*/false);
+  auto pex = externs(put);
+  ASSERT_EQ(pex.size(), 1u);
+  EXPECT_FALSE(pex[0]->fresh_outputs) << "ATen's index_put may return what aliases its input";
+}
+
 }  // namespace
 }  // namespace coil::lower::testing
