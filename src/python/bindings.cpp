@@ -344,13 +344,14 @@ NB_MODULE(_coil, m) {
       .def(
           "run",
           [](runtime::CompiledGraph& g, nb::handle inputs, uintptr_t stream, nb::object alloc,
-             nb::object checked) {
+             nb::object checked, uintptr_t rng_device) {
             std::vector<runtime::RuntimeTensor> ins;
             ins.reserve(nb::len(inputs));
             size_t i = 0;
             for (nb::handle h : inputs) ins.push_back(from_torch(h, "input", i++));
             runtime::RunContext ctx;
             ctx.stream = reinterpret_cast<void*>(stream);
+            ctx.rng_device = reinterpret_cast<const int64_t*>(rng_device);
             if (!alloc.is_none()) ctx.allocate = make_allocator(std::move(alloc));
             std::vector<runtime::RuntimeTensor> outs;
             if (checked.is_none()) {
@@ -364,12 +365,14 @@ NB_MODULE(_coil, m) {
             return result;
           },
           "inputs"_a, "stream"_a = 0, "alloc"_a.none() = nb::none(),
-          "checked"_a.none() = nb::none(),
+          "checked"_a.none() = nb::none(), "rng_device"_a = 0,
           "Runs the graph: one torch tensor per graph input; returns the outputs. CUDA graphs\n"
           "run on `stream` (a CUstream as int) and allocate through alloc(nbytes) -> tensor.\n"
           "With `checked`, the run takes the inputs over: checked() is called once they passed\n"
           "the input checks (drop the caller's references to them there) and each input is\n"
-          "dropped after its last reader, so its memory can hold later results.")
+          "dropped after its last reader, so its memory can hold later results.\n"
+          "rng_device (CUDA): the address of a device int64 mixed into the random kernels'\n"
+          "seed when they run (a captured CUDA graph's fresh numbers per replay).")
       .def_prop_ro("artifacts",
                    [](const runtime::CompiledGraph& g) { return artifacts_dict(g.artifacts()); })
       .def_prop_ro(

@@ -101,7 +101,7 @@ CudaSteps::CudaSteps(CudaKernels kernels, SizeCompiler& sc, const CompileOptions
 
 void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env,
                        const SizeCode* code, int num_size_symbols, const int64_t rng[2],
-                       void* stream) const {
+                       const int64_t* rng_device, void* stream) const {
   const cu::Driver* d = cu::Driver::get();
   const cu::CudaKernel& info = kernels_.kernels[k];
   const int64_t work = eval_size(launches_[k].work, env, code);
@@ -112,7 +112,7 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
   void* ptrs[64];
   int64_t ints[64];
   void* args[128];
-  if (nb > 64 || num_size_symbols + 2 > 64)
+  if (nb > 63 || num_size_symbols + 2 > 64)
     throw std::runtime_error("coil: CUDA kernel with too many parameters");
   size_t na = 0;
   for (size_t i = 0; i < nb; ++i) {
@@ -130,6 +130,8 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
     args[na++] = &ints[ni++];
     ints[ni] = rng[1];
     args[na++] = &ints[ni++];
+    ptrs[nb] = const_cast<int64_t*>(rng_device);
+    args[na++] = &ptrs[nb];
   }
   cu::LaunchConfig c;
   bool known = false;

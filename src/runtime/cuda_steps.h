@@ -22,9 +22,11 @@ class CudaSteps {
   CudaSteps(CudaKernels kernels, SizeCompiler& sc, const CompileOptions& options);
 
   // Launches kernel k on `stream` (bufs: per BufferId base pointers; env: evaluated slots, the
-  // first `num_size_symbols` are the kernels' size parameters; rng: {seed, offset}).
+  // first `num_size_symbols` are the kernels' size parameters; rng: {seed, offset};
+  // rng_device: RunContext::rng_device, may be null).
   void launch(int k, const std::vector<void*>& bufs, const int64_t* env, const SizeCode* code,
-              int num_size_symbols, const int64_t rng[2], void* stream) const;
+              int num_size_symbols, const int64_t rng[2], const int64_t* rng_device,
+              void* stream) const;
 
   // A device block: through ctx.allocate (PyTorch's caching allocator) when given, else
   // cuMemAlloc (freed with cuMemFree when the owner goes).

@@ -46,6 +46,11 @@ using FallbackFn =
 // both stay empty (the legacy default stream, cuMemAlloc).
 struct RunContext {
   void* stream = nullptr;  // CUstream
+  // CUDA only: a device int64 the random kernels' seed is mixed with, read when each kernel
+  // runs (not when it is launched). A captured CUDA graph replays its launches with the
+  // arguments they were captured with; a seed written on the device by a step captured before
+  // them (torch.randint, which PyTorch advances per replay) still gives fresh numbers.
+  const int64_t* rng_device = nullptr;
   // Sets *ptr to a device block of at least `bytes` bytes; the owner keeps it alive.
   std::function<std::shared_ptr<void>(size_t bytes, void** ptr)> allocate;
 };

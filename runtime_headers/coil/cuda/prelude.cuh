@@ -28,6 +28,12 @@ struct half {
   uint16_t x;
 };
 
+// A random kernel's seed: the launch's, mixed with the run's device seed where there is one
+// (RunContext::rng_device: captured CUDA graphs, whose launch arguments repeat each replay).
+COIL_INLINE int64_t run_seed(int64_t seed, const int64_t* device_seed) {
+  return device_seed ? (seed ^ (*device_seed & 0x3fffffffffffffffLL)) : seed;
+}
+
 COIL_INLINE float to_f32(float v) { return v; }
 COIL_INLINE double to_f32(double v) { return v; }
 COIL_INLINE float to_f32(bf16 v) { return __uint_as_float(uint32_t(v.x) << 16); }

@@ -132,6 +132,7 @@ std::string KernelEmitter::param_list() {
   if (info_.random) {
     add("int64_t rng_seed");
     add("int64_t rng_offset");
+    add("const int64_t* rng_device");  // RunContext::rng_device (null: the seed alone)
   }
   return s;
 }
@@ -144,6 +145,7 @@ std::string KernelEmitter::arg_list() {
   if (info_.random) {
     add("rng_seed");
     add("rng_offset");
+    add("rng_device");
   }
   return s;
 }
@@ -370,7 +372,7 @@ std::string KernelEmitter::load_expr(const Instr& in, InstrId id) {
   } else if (in.buffer == p_.rng_state) {
     auto pos = in.index.size() == 1 ? ctx_.as_const(in.index[0]) : std::nullopt;
     COIL_CHECK(pos && (*pos == 0 || *pos == 1)) << "rng state read at a non-constant index";
-    v = *pos == 0 ? "rng_seed" : "rng_offset";
+    v = *pos == 0 ? "coil::run_seed(rng_seed, rng_device)" : "rng_offset";
   } else {
     const loop::Buffer& B = buf(in.buffer);
     auto it = vec_mode_ || tile_mode_ ? vec_loads_.find({member_, id}) : vec_loads_.end();
