@@ -105,18 +105,21 @@ def _peak_mb(device: str, step: Callable[[], Any]) -> float | None:
 class Variant:
     """One compiler's copy of the model and its step."""
 
-    def __init__(self, name: str, model, inputs: tuple, mode: str, loss_of):
+    def __init__(self, name: str, model, inputs: tuple, mode: str, loss_of,
+                 compile_mode: str = "default"):
         import torch
 
         self.name, self.mode, self.loss_of = name, mode, loss_of
         self.model = copy.deepcopy(model)
         self.inputs = inputs
+        # torch.compile's mode, the same for both compilers.
+        kw = {} if compile_mode == "default" else {"mode": compile_mode}
         if name == "eager":
             self.fn = self.model
         elif name == "inductor":
-            self.fn = torch.compile(self.model, backend="inductor")
+            self.fn = torch.compile(self.model, backend="inductor", **kw)
         else:
-            self.fn = torch.compile(self.model, backend="coil")
+            self.fn = torch.compile(self.model, backend="coil", **kw)
         self.opt = (torch.optim.SGD(self.model.parameters(), lr=1e-4) if mode == "train" else None)
 
     def forward(self):
@@ -145,13 +148,16 @@ class Variant:
         return loss
 
 
-def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float) -> dict:
+def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float,
+              compile_mode: str = "default") -> dict:
     import torch
 
     import accuracy
     import dashboard_models
 
     row: dict[str, Any] = {"model": name, "mode": mode, "device": device}
+    if compile_mode != "default":
+        row["compile_mode"] = compile_mode
     spec = dashboard_models.get(name)
     row["suite"] = spec.suite
     torch.manual_seed(0)
@@ -177,7 +183,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float)
     import coil
 
     coil.reset_report()
-    variants = {n: Variant(n, model, inputs, mode, dashboard_models.loss_of)
+    variants = {n: Variant(n, model, inputs, mode, dashboard_models.loss_of, compile_mode)
                 for n in COMPILERS}
     # Cold compile: the first call, empty caches (the parent gave this process fresh ones).
     cold = {}
@@ -242,7 +248,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float)
     warm = {}
     for n in ("coil", "inductor"):
         torch._dynamo.reset()
-        v = Variant(n, model, inputs, mode, dashboard_models.loss_of)
+        v = Variant(n, model, inputs, mode, dashboard_models.loss_of, compile_mode)
         t0 = time.perf_counter()
         v.step()
         _sync(device)
@@ -284,12 +290,16 @@ def load_rows(path: Path) -> list[dict]:
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            rows[(r.get("model"), r.get("mode"), r.get("device"))] = r
+            rows[row_key(r)] = r
     return list(rows.values())
 
 
+def row_key(r: dict) -> tuple:
+    return (r.get("model"), r.get("mode"), r.get("device"), r.get("compile_mode", "default"))
+
+
 def run_one(name: str, mode: str, device: str, timeout: float, min_reps: int,
-            budget_s: float) -> dict:
+            budget_s: float, compile_mode: str = "default") -> dict:
     with tempfile.TemporaryDirectory(prefix="coil-dashboard-") as tmp:
         env = dict(os.environ)
         # Empty kernel caches for the cold compile of both compilers.
@@ -299,19 +309,27 @@ def run_one(name: str, mode: str, device: str, timeout: float, min_reps: int,
         env["CUDA_CACHE_DISABLE"] = "1"
         out = os.path.join(tmp, "row.json")
         cmd = [sys.executable, __file__, "--child", name, "--mode", mode, "--device", device,
-               "--row", out, "--min-reps", str(min_reps), "--budget", str(budget_s)]
+               "--row", out, "--min-reps", str(min_reps), "--budget", str(budget_s),
+               "--compile-mode", compile_mode]
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return {"model": name, "mode": mode, "device": device, "status": "timeout",
-                    "error": f"no result in {timeout:.0f} s"}
+            row = {"model": name, "mode": mode, "device": device, "status": "timeout",
+                   "error": f"no result in {timeout:.0f} s"}
+            if compile_mode != "default":
+                row["compile_mode"] = compile_mode
+            return row
         if os.path.exists(out):
             row = json.loads(Path(out).read_text())
+        elif compile_mode != "default":
+            row = {"model": name, "mode": mode, "device": device, "compile_mode": compile_mode}
         else:
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
             row = {"model": name, "mode": mode, "device": device, "status": "crash",
                    "error": f"rc {p.returncode}: " + " | ".join(tail)}
+            if compile_mode != "default":
+                row["compile_mode"] = compile_mode
         row["wall_s"] = time.perf_counter() - t0
         return row
 
@@ -325,8 +343,10 @@ def summary(rows: list[dict], header: str = "") -> str:
     import harness
 
     out = [header] if header else []
-    for mode in ("infer", "train"):
-        rs = [r for r in rows if r.get("mode") == mode]
+    groups = [(cm, mode) for cm in ("default", "reduce-overhead", "max-autotune",
+                                    "max-autotune-no-cudagraphs") for mode in ("infer", "train")]
+    for cm, mode in groups:
+        rs = [r for r in rows if r.get("mode") == mode and r.get("compile_mode", "default") == cm]
         if not rs:
             continue
         ok = [r for r in rs if r.get("status") == "ok"]
@@ -334,7 +354,10 @@ def summary(rows: list[dict], header: str = "") -> str:
         ind_pass = [r for r in ok if r["accuracy"]["inductor"]["ok"]]
         ratio = {r["model"]: r["ms"]["inductor"] / r["ms"]["coil"] for r in ok}
         g = geomean(list(ratio.values()))
-        out.append(f"\n### {'Inference' if mode == 'infer' else 'Training'}: {len(rs)} models\n")
+        title = "Inference" if mode == "infer" else "Training"
+        if cm != "default":
+            title += f", mode={cm} (both compilers)"
+        out.append(f"\n### {title}: {len(rs)} models\n")
         out.append(f"- pass rate: coil {len(coil_pass)}/{len(rs)}, Inductor "
                    f"{len(ind_pass)}/{len(rs)}; strict (no fallback): "
                    f"{sum(1 for r in ok if r['strict'])}/{len(rs)}")
@@ -394,13 +417,17 @@ def main() -> int:
     p.add_argument("--summary", default="")
     p.add_argument("--min-reps", type=int, default=5)
     p.add_argument("--budget", type=float, default=10.0, help="seconds of timed rounds")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune",
+                            "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode, given to both compilers")
     p.add_argument("--child", default="")
     p.add_argument("--row", default="")
     a = p.parse_args()
 
     if a.child:
         try:
-            row = run_child(a.child, a.mode, a.device, a.min_reps, a.budget)
+            row = run_child(a.child, a.mode, a.device, a.min_reps, a.budget, a.compile_mode)
         except Exception as e:  # noqa: BLE001 - the row says what failed
             traceback.print_exc()
             row = {"model": a.child, "mode": a.mode, "device": a.device, "status": "error",
@@ -417,17 +444,17 @@ def main() -> int:
             names = [n for n in names if dashboard_models.get(n).suite in a.suite.split(",")]
         if a.models:
             names = [n for n in a.models.split(",")]
-        done = set() if a.fresh else {(r["model"], r["mode"], r["device"])
-                                      for r in load_rows(out)}
+        done = set() if a.fresh else {row_key(r) for r in load_rows(out)}
         out.parent.mkdir(parents=True, exist_ok=True)
         info = {"machine": machine_line(a.device), "versions": versions(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         print(json.dumps(info), flush=True)
         for name in names:
             for mode in a.mode.split(","):
-                if (name, mode, a.device) in done:
+                if (name, mode, a.device, a.compile_mode) in done:
                     continue
-                row = run_one(name, mode, a.device, a.timeout, a.min_reps, a.budget)
+                row = run_one(name, mode, a.device, a.timeout, a.min_reps, a.budget,
+                              a.compile_mode)
                 row["machine"] = info["machine"]
                 row["versions"] = info["versions"]
                 with open(out, "a") as f:
@@ -445,7 +472,9 @@ def main() -> int:
                   + ", ".join(f"{k} {v}" for k, v in r0.get("versions", {}).items()))
         machines: dict[str, list[str]] = {}
         for r in rows:
-            machines.setdefault(r.get("machine", "?"), []).append(f"{r['model']} ({r['mode']})")
+            cm = r.get("compile_mode", "default")
+            machines.setdefault(r.get("machine", "?"), []).append(
+                f"{r['model']} ({r['mode']}{'' if cm == 'default' else ', ' + cm})")
         if len(machines) > 1:  # rows from several machines (H100 and H200 both come)
             header += "\n\nRows by machine (a figure from one says nothing about another):\n"
             header += "".join(f"\n- {m}: {', '.join(ms)}" for m, ms in machines.items())

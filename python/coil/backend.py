@@ -48,6 +48,8 @@ from .layout import channels_last_convolutions, forward_outputs_seen, report_out
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
 from .partition import partition_kwargs
+from .reduce_overhead import (CapturePool, PooledReplayer, static_inputs_of,
+                              user_outputs_of)
 
 log = logging.getLogger("coil")
 
@@ -196,7 +198,8 @@ class CoilGraphFn:
     _boxed_call = True
 
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
-                 options: CoilOptions, on_cuda: bool = False, replay: bool = False,
+                 options: CoilOptions, on_cuda: bool = False,
+                 replayer: Callable[[Callable], Any] | None = None,
                  consume: bool = False, device_index: int = 0):
         self.name = name
         self.on_cuda = on_cuda
@@ -208,11 +211,12 @@ class CoilGraphFn:
         self.compiled = compiled
         self.options = options
         self.eager: Callable | None = None
-        # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
-        self.replayer = GraphReplayer(name, self._run_on_stream) if replay else None
+        # CUDA graphs replay a captured CUDA graph after warm-up: the default mode's inference
+        # graphs (cuda_graphs.py), every graph in mode="reduce-overhead" (reduce_overhead.py).
+        self.replayer = replayer(self._run_on_stream) if replayer is not None else None
         # Backward graphs take their inputs over (InputRelease) from the second call on: a
         # failure of the first call still falls back to eager with the inputs at hand.
-        self.consume = consume and not replay
+        self.consume = consume and replayer is None
         self.calls = 0
         # The runtime args the outputs are rebuilt from (ExportedGraph.output_spec): kept.
         self.args_for_outputs = frozenset(v if k == "input" else v[1]
@@ -248,7 +252,12 @@ class CoilGraphFn:
                 env = ex.binder.env(args)
                 inputs.extend(ex.binder.carrier_tensors(env))
                 ex.call_env.env = env
-            run = self.replayer or functools.partial(self._run_on_stream, release=release)
+            if self.replayer is not None:
+                # Symbol values key the captures too (a SymInt argument is no tensor's size).
+                run = functools.partial(self.replayer,
+                                        extra=tuple(env.values()) if env else ())
+            else:
+                run = functools.partial(self._run_on_stream, release=release)
             try:
                 outs = run(inputs)
             except RuntimeError as e:
@@ -293,11 +302,14 @@ class CoilGraphFn:
             return self.eager(args)
 
 
-    def _run_on_stream(self, inputs: list, release: InputRelease | None = None) -> list:
+    def _run_on_stream(self, inputs: list, rng_device: int = 0,
+                       release: InputRelease | None = None) -> list:
         # The current stream at each call (a CUDA graph capture runs on its own).
         kwargs = coil_cuda.run_kwargs() if self.on_cuda else {}
         if release is not None:
             kwargs["checked"] = release
+        if rng_device:
+            kwargs["rng_device"] = rng_device
         return self.compiled.run(inputs, **kwargs)
 
 
@@ -351,8 +363,9 @@ def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOp
 
 
 def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOptions,
-                       kind: str = "graph") -> Callable:
-    """Compiles one ATen FX graph with coil; returns a boxed callable (eager on failure)."""
+                       kind: str = "graph", pool: CapturePool | None = None) -> Callable:
+    """Compiles one ATen FX graph with coil; returns a boxed callable (eager on failure).
+    `pool`: the CUDA graph memory pool of the model's graphs (mode="reduce-overhead")."""
     name = _graph_name(kind)
     dump = GraphDump(options.debug, options.debug_dir, name)
     dump.fx_graph(gm)
@@ -415,20 +428,48 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             _report.fallback_ops[op] += 1
     log.debug("coil: compiled %s (%d nodes, %s kernels)", name, len(exported.nodes),
               artifacts.get("num_kernels"))
-    replay = False
-    if on_cuda and kind == "inference" and options.cuda_graphs:
+    replayer = None
+    if on_cuda and options.reduce_overhead:
+        replayer = _pooled_replayer(name, gm, exported, kind, options, pool or CapturePool())
+        dump.note("CUDA graph: captured and replayed (mode reduce-overhead)")
+    elif on_cuda and kind == "inference" and options.cuda_graphs:
         blocker = capture_blocker(gm) or ("symbolic sizes" if exported.binder else "")
-        replay = not blocker
         if blocker:
             dump.note(f"no CUDA graph: {blocker}")
+        else:
+            replayer = functools.partial(GraphReplayer, name)
     consume = kind == "backward" and options.free_backward_inputs
-    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replay, consume,
+    fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replayer, consume,
                      device_index)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:
             compiled.set_profiling(True)
     return fn
+
+
+def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kind: str,
+                     options: CoilOptions, pool: CapturePool) -> Callable[[Callable], Any]:
+    """mode="reduce-overhead": the PooledReplayer of one graph, given its run function."""
+    static_args = static_inputs_of(gm, kind)
+    n_inputs = len(exported.input_indices)
+    in_place = {j for j, i in enumerate(exported.input_indices) if i in static_args}
+    in_place.update(range(n_inputs, n_inputs + len(exported.constants)))  # the graph's own
+    n_user = user_outputs_of(kind)
+    clone = None
+    if n_user is not None:
+        clone = set()
+        for kind_, v in exported.output_spec[:n_user]:
+            if kind_ == "tensor":
+                clone.add(v)
+            elif kind_ == "view":
+                clone.add(v[0])
+    random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                 and torch.Tag.nondeterministic_seeded in n.target.tags
+                 for n in gm.graph.nodes)
+    return lambda run: PooledReplayer(
+        name, run, pool, frozenset(in_place), None if clone is None else frozenset(clone),
+        exported.mutated_inputs, random, options.cuda_graph_max_captures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,17 +480,26 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
 KNOWN_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def _check_mode(mode: str | None) -> None:
-    """An unknown mode is an error; the others are accepted. For now every mode compiles as
-    the default does (CUDA inference graphs replay a CUDA graph where that measured faster;
-    no matrix-product templates yet): said once per process, so nobody mistakes the mode for
-    honoured."""
+def mode_options(mode: str | None) -> dict[str, Any]:
+    """The options a torch.compile mode stands for; ValueError for an unknown mode.
+      default: CUDA inference graphs replay a CUDA graph where that measured faster.
+      reduce-overhead: every CUDA graph replays a captured CUDA graph (reduce_overhead.py).
+      max-autotune: reduce-overhead's CUDA graphs; max-autotune-no-cudagraphs: the default.
+    coil has no matrix-product templates yet, so the max-autotune modes choose kernels as the
+    default mode does (launch configurations and CPU GEMM libraries are measured in every
+    mode): said once per process, so nobody takes the mode for more than it is."""
     if mode is None or mode == "default":
-        return
+        return {}
     if mode not in KNOWN_MODES:
         raise ValueError(f"coil: unknown torch.compile mode {mode!r}; known: "
                          + ", ".join(KNOWN_MODES))
-    _warn_once(f"mode={mode!r} compiles as the default mode does in this version")
+    if mode.startswith("max-autotune"):
+        _warn_once(f"mode={mode!r}: coil has no matrix-product templates yet; kernels are "
+                   "chosen as in the default mode"
+                   + (", with reduce-overhead's CUDA graphs" if mode == "max-autotune" else ""))
+    if mode in ("reduce-overhead", "max-autotune"):
+        return {"reduce_overhead": True}
+    return {}
 
 
 def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
@@ -460,8 +510,7 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
 
     if kwargs:
         log.warning("coil: ignoring unknown backend arguments %s", sorted(kwargs))
-    _check_mode(mode)
-    opts = build_options(options)
+    opts = build_options({**mode_options(mode), **(options or {})})
 
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.utils import flatten_graph_inputs
@@ -470,16 +519,19 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
             gm, example_inputs, functools.partial(coil_backend, options=options, mode=mode)
         )
 
+    # mode="reduce-overhead": the CUDA graphs of this model's graphs share one memory pool.
+    pool = CapturePool() if opts.reduce_overhead else None
+
     def fw_compiler(g: fx.GraphModule, ex):
-        return compile_aten_graph(g, ex, opts, "forward")
+        return compile_aten_graph(g, ex, opts, "forward", pool)
 
     def inference_compiler(g: fx.GraphModule, ex):
-        return compile_aten_graph(g, ex, opts, "inference")
+        return compile_aten_graph(g, ex, opts, "inference", pool)
 
     def bw_compiler(g: fx.GraphModule, ex):
         # As torch._dynamo.backends.common does: Dynamo must not trace the backward compiler
         # or the compiled backward.
-        fn = disable(compile_aten_graph)(g, ex, opts, "backward")
+        fn = disable(compile_aten_graph)(g, ex, opts, "backward", pool)
         wrapped = disable(fn)
         wrapped._boxed_call = getattr(fn, "_boxed_call", False)
         return wrapped

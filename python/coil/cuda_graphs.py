@@ -89,7 +89,7 @@ class GraphReplayer:
         self.seen: list[tuple] | None = None
         self.timings: tuple[float, float] | None = None  # (ordinary, replayed) seconds
 
-    def __call__(self, inputs: Sequence[torch.Tensor]) -> list:
+    def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
         self.calls += 1
         addresses = [(t.data_ptr(), t.stride()) for t in inputs]
         if self.seen is not None:

@@ -74,7 +74,9 @@ PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "recompute_pointwise": bool,
                                          "log_softmax_via_logsumexp": bool,
                                          "free_backward_inputs": bool,
-                                         "input_mutations_in_graph": bool}
+                                         "input_mutations_in_graph": bool,
+                                         "reduce_overhead": bool,
+                                         "cuda_graph_max_captures": int}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -139,6 +141,13 @@ class CoilOptions:
     # coil lowers to stores into the input (src/lower/mutation.cpp), instead of extra outputs
     # that AOTAutograd's wrapper copies back after every call.
     input_mutations_in_graph: bool = True
+    # mode="reduce-overhead": every CUDA graph (inference, forward, backward) replays a
+    # captured CUDA graph, in one memory pool per compiled model, without the default mode's
+    # measured choice (reduce_overhead.py).
+    reduce_overhead: bool = False
+    # Captures per graph in that mode (one per distinct input sizes, more where earlier ones'
+    # outputs are still held); past it, calls run without a CUDA graph.
+    cuda_graph_max_captures: int = 8
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()
 

@@ -1,0 +1,290 @@
+"""mode="reduce-overhead" (python/coil/reduce_overhead.py): the options a mode stands for and
+which inputs and outputs AOTAutograd's metadata marks (on the CPU); on a GPU, captured CUDA
+graphs checked against eager over many calls with changing inputs, for inference and training
+(forward and backward, one pool), with dropout, two forwards before one backward, gradients kept
+by the optimizer, input mutation, BatchNorm's running statistics and changing sizes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+from coil import backend  # noqa: E402
+from coil.options import build_options  # noqa: E402
+from coil.reduce_overhead import PooledReplayer, static_inputs_of, user_outputs_of  # noqa: E402
+
+
+def test_modes_stand_for_options():
+    assert backend.mode_options(None) == {}
+    assert backend.mode_options("default") == {}
+    assert backend.mode_options("reduce-overhead") == {"reduce_overhead": True}
+    assert backend.mode_options("max-autotune") == {"reduce_overhead": True}
+    assert backend.mode_options("max-autotune-no-cudagraphs") == {}
+    with pytest.raises(ValueError, match="unknown torch.compile mode 'fast'"):
+        backend.mode_options("fast")
+    assert build_options({}).reduce_overhead is False
+    o = build_options({"reduce_overhead": "1", "cuda_graph_max_captures": "3"})
+    assert o.reduce_overhead and o.cuda_graph_max_captures == 3
+
+
+def test_static_inputs_and_user_outputs_from_aot_metadata():
+    """In the forward compiler AOTAutograd says which inputs are parameters and how many
+    outputs the caller sees; the backward's static inputs are all but the tangents."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    seen = {}
+
+    def fw(gm, ex):
+        seen["fw_static"] = static_inputs_of(gm, "forward")
+        seen["fw_user"] = user_outputs_of("forward")
+        seen["fw_shapes"] = [tuple(t.shape) for t in ex]
+        return gm
+
+    def bw(gm, ex):
+        seen["bw_static"] = static_inputs_of(gm, "backward")
+        seen["bw_inputs"] = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        return gm
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    f = torch.compile(model, backend=aot_autograd(fw_compiler=fw, bw_compiler=bw))
+    x = torch.randn(3, 8)
+    f(x).sum().backward()
+    assert seen["fw_user"] == 1  # the model's output; the rest is saved for the backward
+    # The four parameters; x (3 x 8) is not static.
+    x_pos = seen["fw_shapes"].index((3, 8))
+    assert seen["fw_static"] == frozenset(range(5)) - {x_pos}
+    tangents = {i for i, n in enumerate(seen["bw_inputs"]) if "tangents" in n}
+    assert tangents and seen["bw_static"] == frozenset(range(len(seen["bw_inputs"]))) - tangents
+
+
+def _replayers():
+    return [fn.replayer for fn in list(backend._graph_fns)
+            if isinstance(fn.replayer, PooledReplayer)]
+
+
+def _fresh():
+    torch._dynamo.reset()
+    backend._graph_fns.clear()
+
+
+def _mlp(p=0.0):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Dropout(p), nn.Linear(128, 32),
+                         nn.LayerNorm(32)).cuda()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_replays_match_eager_and_outputs_stay_valid(dtype):
+    _fresh()
+    model = _mlp().to(dtype).eval()
+    compiled = torch.compile(model, backend="coil", mode="reduce-overhead")
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    fixed = torch.randn(8, 64, device="cuda", dtype=dtype)
+    kept = []
+    with torch.no_grad():
+        for step in range(10):
+            if step % 3 == 2:
+                x = torch.randn(8, 64, device="cuda", dtype=dtype)  # another address
+            else:
+                fixed.normal_()  # same address, new values
+                x = fixed
+            got = compiled(x)
+            want = model(x)
+            torch.testing.assert_close(got, want, **tol)
+            kept.append((got, want))
+    for got, want in kept:  # returned outputs are copies: later replays did not touch them
+        torch.testing.assert_close(got, want, **tol)
+    (r,) = _replayers()
+    assert not r.disabled and r.num_captures == 1 and r.replays >= 8
+
+
+def _train_pair(model, opt_kwargs=None):
+    eager = model
+    mine = copy.deepcopy(model)
+    compiled = torch.compile(mine, backend="coil", mode="reduce-overhead")
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, **(opt_kwargs or {}))
+    opt_c = torch.optim.SGD(mine.parameters(), lr=0.05, **(opt_kwargs or {}))
+    return eager, mine, compiled, opt_e, opt_c
+
+
+def _assert_same_params(a, b, tol):
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(q, p, **tol, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_training_steps_match_eager(set_to_none):
+    """Forward and backward both replay, in one pool, over steps with new batches; gradients
+    the optimizer keeps between steps (zero_grad(set_to_none=False)) do not get overwritten."""
+    _fresh()
+    eager, mine, compiled, opt_e, opt_c = _train_pair(_mlp(), dict(momentum=0.9))
+    tol = dict(rtol=2e-4, atol=2e-4)
+    for step in range(8):
+        x = torch.randn(16, 64, device="cuda")
+        t = torch.randn(16, 32, device="cuda")
+        for model, fn, opt in ((eager, eager, opt_e), (mine, compiled, opt_c)):
+            opt.zero_grad(set_to_none=set_to_none)
+            loss = F.mse_loss(fn(x), t)
+            loss.backward()
+            opt.step()
+            if model is eager:
+                want = loss.detach()
+            else:
+                torch.testing.assert_close(loss.detach(), want, **tol)
+        _assert_same_params(eager, mine, tol)
+    rs = _replayers()
+    assert len(rs) == 2 and all(not r.disabled and r.replays >= 4 for r in rs), \
+        [(r.name, r.disabled, r.replays, r.num_captures) for r in rs]
+    assert rs[0].pool is rs[1].pool
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_two_forwards_before_one_backward():
+    """The first forward's saved activations are still needed when the second replays: it
+    gets a capture of its own instead of overwriting them."""
+    _fresh()
+    eager, mine, compiled, opt_e, opt_c = _train_pair(_mlp())
+    tol = dict(rtol=2e-4, atol=2e-4)
+    for step in range(6):
+        a = torch.randn(16, 64, device="cuda")
+        b = torch.randn(16, 64, device="cuda")
+        grads = []
+        for model, fn in ((eager, eager), (mine, compiled)):
+            model.zero_grad(set_to_none=True)
+            loss = fn(a).square().mean() + 2 * fn(b).abs().mean()
+            loss.backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for g, h in zip(*grads):
+            torch.testing.assert_close(h, g, **tol)
+    (fw, bw) = _replayers()
+    assert fw.num_captures >= 2 and fw.replays >= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_dropout_draws_fresh_masks_in_replays_and_backward_uses_the_same_mask():
+    _fresh()
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 256).cuda()
+    p = 0.5
+
+    def f(x):
+        return F.dropout(lin(x), p, training=True)
+
+    compiled = torch.compile(f, backend="coil", mode="reduce-overhead")
+    x = torch.randn(32, 64, device="cuda")
+    masks = []
+    for _ in range(8):
+        lin.zero_grad(set_to_none=True)
+        y = compiled(x)
+        y.sum().backward()
+        with torch.no_grad():
+            base = lin(x)
+            kept = y != 0
+            # Kept elements are scaled by 1/(1-p); the bias gradient counts each kept element.
+            torch.testing.assert_close(y[kept], base[kept] / (1 - p), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(lin.bias.grad, kept.float().sum(0) / (1 - p))
+        masks.append(kept)
+        assert 0.4 < kept.float().mean().item() < 0.6
+    for a, b in zip(masks, masks[1:]):
+        assert not torch.equal(a, b)  # fresh numbers in every call, replays included
+    rs = _replayers()
+    assert rs and all(not r.disabled and r.replays >= 4 for r in rs)
+    assert any(r.random for r in rs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_input_mutation_and_batch_norm_statistics():
+    _fresh()
+
+    def f(x, acc):
+        acc.add_(x)  # mutates an input that is not a parameter: copied back after each replay
+        return torch.relu(acc) * 2
+
+    compiled = torch.compile(f, backend="coil", mode="reduce-overhead")
+    acc_e = torch.zeros(8, 32, device="cuda")
+    acc_c = acc_e.clone()
+    for _ in range(6):
+        x = torch.randn(8, 32, device="cuda")
+        torch.testing.assert_close(compiled(x, acc_c), f(x, acc_e))
+        torch.testing.assert_close(acc_c, acc_e)
+
+    _fresh()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.Conv2d(8, 4, 3)).cuda()
+    eager, mine, compiled, opt_e, opt_c = _train_pair(net)
+    tol = dict(rtol=1e-3, atol=1e-3)
+    for _ in range(6):
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        for fn, opt in ((eager, opt_e), (compiled, opt_c)):
+            opt.zero_grad(set_to_none=True)
+            fn(x).square().mean().backward()
+            opt.step()
+        _assert_same_params(eager, mine, tol)
+        torch.testing.assert_close(mine[1].running_mean, eager[1].running_mean, **tol)
+        torch.testing.assert_close(mine[1].running_var, eager[1].running_var, **tol)
+    assert all(r.replays >= 2 for r in _replayers())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_one_capture_per_size_up_to_the_cap():
+    _fresh()
+
+    def f(x, w):
+        return torch.softmax(x @ w, dim=-1) * x.shape[0]
+
+    w = torch.randn(32, 16, device="cuda")
+    compiled = torch.compile(f, backend="coil", mode="reduce-overhead", dynamic=True)
+    sizes = [4, 8, 4, 8, 12, 4, 12, 8, 20, 20, 28, 28, 36, 36, 4, 8]
+    for n in sizes:
+        x = torch.randn(n, 32, device="cuda")
+        torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    rs = _replayers()
+    assert rs and rs[0].replays >= 4
+    assert rs[0].num_captures <= build_options({}).cuda_graph_max_captures
+
+    _fresh()
+    compiled = torch.compile(f, backend="coil", dynamic=True,
+                             options={"reduce_overhead": True, "cuda_graph_max_captures": 2})
+    for n in sizes:  # past two captures the other sizes run ordinarily, still right
+        x = torch.randn(n, 32, device="cuda")
+        torch.testing.assert_close(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    (r,) = _replayers()
+    assert r.num_captures == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_modes_end_to_end(mode):
+    _fresh()
+    eager, mine, compiled, opt_e, opt_c = _train_pair(_mlp())
+    compiled = torch.compile(mine, backend="coil", mode=mode)
+    for _ in range(4):
+        x = torch.randn(16, 64, device="cuda")
+        for fn, opt in ((eager, opt_e), (compiled, opt_c)):
+            opt.zero_grad(set_to_none=True)
+            fn(x).square().mean().backward()
+            opt.step()
+        _assert_same_params(eager, mine, dict(rtol=2e-4, atol=2e-4))
+    with torch.no_grad():
+        x = torch.randn(16, 64, device="cuda")
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), eager(x), rtol=2e-4, atol=2e-4)
+    pooled = bool(_replayers())
+    assert pooled == (mode in ("reduce-overhead", "max-autotune"))
