@@ -15,12 +15,17 @@ from .decompositions import coil_decompositions
 from .extending import (register_decomposition, temporary_decomposition,
                         unregister_decomposition)
 from .html_report import write_html_report
+from .plugin import LoadedPlugin, PluginError, load_plugin, loaded_plugins
 from .torch_logs import register as _register_torch_logs
 
 __all__ = [
     "coil_backend",
     "coil_decompositions",
+    "LoadedPlugin",
+    "load_plugin",
+    "loaded_plugins",
     "minify",
+    "PluginError",
     "profile_report",
     "register_decomposition",
     "report",

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "coil/lower/lower.h"
 #include "coil/lower/lowering.h"
@@ -34,21 +36,61 @@ std::vector<std::string> LoweringRegistry::ops() const {
   return out;
 }
 
+namespace {
+
+LoweringRegistry builtin_lowerings() {
+  LoweringRegistry r;
+  register_pointwise_lowerings(r);
+  register_view_lowerings(r);
+  register_creation_lowerings(r);
+  register_reduction_lowerings(r);
+  register_index_lowerings(r);
+  register_linalg_lowerings(r);
+  register_pool_lowerings(r);
+  register_attention_lowerings(r);
+  return r;
+}
+
+// Published like the op registry (src/ops/registry.cpp): plugins add lowerings after the first
+// compile, readers take no lock, and a replaced table is never freed (the LoweringFn pointers
+// and references handed out stay valid).
+std::mutex& publish_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::atomic<const LoweringRegistry*> published{nullptr};
+
+}  // namespace
+
 const LoweringRegistry& lowering_registry() {
-  static const LoweringRegistry registry = [] {
-    LoweringRegistry r;
-    register_pointwise_lowerings(r);
-    register_view_lowerings(r);
-    register_creation_lowerings(r);
-    register_reduction_lowerings(r);
-    register_index_lowerings(r);
-    register_linalg_lowerings(r);
-    register_pool_lowerings(r);
-    register_attention_lowerings(r);
-    r.finish();
-    return r;
-  }();
-  return registry;
+  if (const LoweringRegistry* r = published.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(publish_mutex());
+  const LoweringRegistry* r = published.load(std::memory_order_relaxed);
+  if (r == nullptr) {
+    auto* built = new LoweringRegistry(builtin_lowerings());
+    built->finish();
+    published.store(built, std::memory_order_release);
+    r = built;
+  }
+  return *r;
+}
+
+void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns) {
+  lowering_registry();  // builds the built-in table first (it takes the mutex itself)
+  std::lock_guard<std::mutex> lock(publish_mutex());
+  const LoweringRegistry& base = *published.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < fns.size(); ++i) {
+    COIL_USER_CHECK(fns[i].second != nullptr) << "null lowering for " << fns[i].first;
+    COIL_USER_CHECK(base.find(fns[i].first) == nullptr)
+        << "op " << fns[i].first << " already has a lowering";
+    for (size_t j = 0; j < i; ++j)
+      COIL_USER_CHECK(fns[j].first != fns[i].first)
+          << "two lowerings registered for " << fns[i].first;
+  }
+  auto* next = new LoweringRegistry(base);
+  for (auto& [op, fn] : fns) next->add(std::move(op), std::move(fn));
+  next->finish();
+  published.store(next, std::memory_order_release);
 }
 
 bool has_lowering(std::string_view op) { return lowering_registry().find(op) != nullptr; }

@@ -1,6 +1,8 @@
 #include "coil/ops/registry.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "coil/support/error.h"
 
@@ -52,18 +54,60 @@ const OpDef* OpRegistry::find(std::string_view name) const {
   return &*it;
 }
 
+namespace {
+
+OpRegistry builtin_ops() {
+  OpRegistry r;
+  register_pointwise_ops(r);
+  register_reduction_ops(r);
+  register_view_ops(r);
+  register_linalg_ops(r);
+  register_shape_ops(r);
+  return r;
+}
+
+// Plugins add ops after the first lookup (a model may be compiled before a plugin loads), so
+// the registry cannot stay a function-local constant. Instead of a lock on every lookup (one
+// per node, in verification and lowering), the registry is an immutable table published
+// through an atomic pointer: register_ops copies the current table, adds, and publishes the
+// copy under a mutex. A replaced table is never freed (a few per process, one per plugin), so
+// the OpDef pointers and registry references that readers hold stay valid.
+std::mutex& publish_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::atomic<const OpRegistry*> published{nullptr};
+
+}  // namespace
+
 const OpRegistry& op_registry() {
-  static const OpRegistry registry = [] {
-    OpRegistry r;
-    register_pointwise_ops(r);
-    register_reduction_ops(r);
-    register_view_ops(r);
-    register_linalg_ops(r);
-    register_shape_ops(r);
-    r.finish();
-    return r;
-  }();
-  return registry;
+  if (const OpRegistry* r = published.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(publish_mutex());
+  const OpRegistry* r = published.load(std::memory_order_relaxed);
+  if (r == nullptr) {
+    auto* built = new OpRegistry(builtin_ops());
+    built->finish();
+    published.store(built, std::memory_order_release);
+    r = built;
+  }
+  return *r;
+}
+
+void register_ops(std::vector<OpDef> defs) {
+  op_registry();  // builds the built-in table first (it takes the mutex itself)
+  std::lock_guard<std::mutex> lock(publish_mutex());
+  const OpRegistry& base = *published.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < defs.size(); ++i) {
+    COIL_USER_CHECK(defs[i].meta != nullptr) << "op " << defs[i].name << " has no meta function";
+    COIL_USER_CHECK(base.find(defs[i].name) == nullptr)
+        << "op " << defs[i].name << " is already registered";
+    for (size_t j = 0; j < i; ++j)
+      COIL_USER_CHECK(defs[j].name != defs[i].name) << "op " << defs[i].name << " registered twice";
+  }
+  auto* next = new OpRegistry(base);
+  for (OpDef& d : defs) next->add(std::move(d.name), d.family, d.meta);
+  next->finish();
+  published.store(next, std::memory_order_release);
 }
 
 const OpDef* find_op(std::string_view name) { return op_registry().find(name); }

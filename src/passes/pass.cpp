@@ -1,6 +1,7 @@
 #include "coil/passes/pass.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "coil/graph/verifier.h"
 #include "coil/passes/cse.h"
@@ -38,6 +39,40 @@ PassRegistry builtin_passes() {
   r.add("dce", "remove nodes whose outputs nothing reads (side effects stay)", make_dce_pass);
   r.add("cse", "merge identical nodes (same op, inputs, arguments; never random ops)",
         make_cse_pass);
+  return r;
+}
+
+namespace {
+// Plugin passes, in registration order (register_passes). Appended to, never changed: each
+// registered_passes() copies them (passes are created per pipeline, so a copy is cheap).
+std::mutex& plugin_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<PassRegistry::Entry>& plugin_entries() {
+  static std::vector<PassRegistry::Entry> entries;
+  return entries;
+}
+}  // namespace
+
+void register_passes(std::vector<PassRegistry::Entry> entries) {
+  std::lock_guard<std::mutex> lock(plugin_mutex());
+  PassRegistry known = builtin_passes();
+  for (const PassRegistry::Entry& e : plugin_entries()) known.add(e.name, e.description, e.make);
+  for (const PassRegistry::Entry& e : entries) {
+    COIL_USER_CHECK(!e.name.empty() && e.name.find_first_of(", \t\n") == std::string::npos)
+        << "bad pass name '" << e.name << "'";
+    COIL_USER_CHECK(e.make != nullptr) << "pass '" << e.name << "' has no factory";
+    COIL_USER_CHECK(!known.contains(e.name)) << "pass '" << e.name << "' is already registered";
+    known.add(e.name, e.description, e.make);  // catches a name repeated within `entries`
+  }
+  for (PassRegistry::Entry& e : entries) plugin_entries().push_back(std::move(e));
+}
+
+PassRegistry registered_passes() {
+  PassRegistry r = builtin_passes();
+  std::lock_guard<std::mutex> lock(plugin_mutex());
+  for (const PassRegistry::Entry& e : plugin_entries()) r.add(e.name, e.description, e.make);
   return r;
 }
 
@@ -93,7 +128,7 @@ std::vector<std::string> Pipeline::run(Graph& g, const CompileOptions& options,
 }
 
 Pipeline build_pipeline(const CompileOptions& options) {
-  return Pipeline::parse(options.passes, builtin_passes());
+  return Pipeline::parse(options.passes, registered_passes());
 }
 
 NodeOrigins::NodeOrigins(const Graph& g) {

@@ -20,6 +20,7 @@
 #include "coil/graph/printer.h"
 #include "coil/lower/lower.h"
 #include "coil/lower/lowering.h"
+#include "coil/plugin/loader.h"
 #include "coil/runtime/allocator.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/runtime/extern_kernels.h"
@@ -447,4 +448,45 @@ NB_MODULE(_coil, m) {
   m.def("empty_cache", [] { runtime::Allocator::global().empty_cache(); });
   // Whether the CPU products can run PyTorch's MKL (options.cpu_gemm; gemm_libraries.h).
   m.def("mkl_gemm_available", [] { return runtime::kernels::mkl_gemm_available(); });
+
+  // Plugins (coil/plugin/loader.h; python/coil/plugin.py wraps these).
+  nb::exception<plugin::PluginError>(m, "PluginError", PyExc_RuntimeError);
+  auto plugin_dict = [](const plugin::LoadedPlugin& p) {
+    nb::dict d;
+    d["path"] = p.path;
+    d["name"] = p.name;
+    d["ops"] = p.ops;
+    d["lowerings"] = p.lowerings;
+    d["passes"] = p.passes;
+    return d;
+  };
+  m.def(
+      "load_plugin",
+      [plugin_dict](const std::string& path) { return plugin_dict(plugin::load_plugin(path)); },
+      "path"_a,
+      "Loads a coil plugin library (a no-op for a path loaded before); returns what it\n"
+      "registered. PluginError when it cannot.");
+  m.def("loaded_plugins", [plugin_dict] {
+    nb::list l;
+    for (const auto& p : plugin::loaded_plugins()) l.append(plugin_dict(p));
+    return l;
+  });
+  m.def("plugin_abi", [] {
+    nb::dict d;
+    d["api_version"] = COIL_PLUGIN_API_VERSION;
+    d["coil_version"] = COIL_VERSION_STRING;
+    d["fingerprint"] = plugin::abi_fingerprint();
+    return d;
+  });
+  m.def("registered_passes", [] {
+    const passes::PassRegistry registry = passes::registered_passes();
+    std::vector<std::string> names;
+    for (const auto& e : registry.entries()) names.push_back(e.name);
+    return names;
+  });
+  m.def("registered_ops", [] {
+    std::vector<std::string> names;
+    for (const auto& d : ops::op_registry().ops()) names.push_back(d.name);
+    return names;
+  });
 }

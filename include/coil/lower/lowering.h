@@ -62,12 +62,19 @@ class LoweringRegistry {
  private:
   std::vector<std::pair<std::string, LoweringFn>> table_;  // sorted by op after build
   friend const LoweringRegistry& lowering_registry();
+  friend void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns);
   void finish();
 };
 
 // Every lowering coil has. Built on first use from the per-family register functions
-// (no static constructors); immutable afterwards.
+// (no static constructors); afterwards only register_lowerings adds to it, by publishing a new
+// table (as ops::register_ops does): lookups take no lock and references stay valid.
 const LoweringRegistry& lowering_registry();
+// Adds lowerings to the process-wide registry, all or nothing: CompileError naming the op when
+// it already has a lowering or appears twice. Thread-safe. For the plugin loader
+// (coil/plugin/loader.h).
+void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns);
+
 
 // Per-family registration, one per file under src/lower/.
 void register_pointwise_lowerings(LoweringRegistry& r);

@@ -7,7 +7,9 @@
 // promotion with Python scalars, view strides).
 //
 // The registry is built on first use from per-family register functions (one source file per
-// family under src/ops/; no static constructors) and is immutable afterwards.
+// family under src/ops/; no static constructors). Afterwards only register_ops adds to it (the
+// plugin loader, coil/plugin/loader.h): it publishes a new table instead of changing the one
+// readers hold, so lookups take no lock and references into it stay valid.
 #pragma once
 
 #include <string>
@@ -59,11 +61,16 @@ class OpRegistry {
 
  private:
   friend const OpRegistry& op_registry();
+  friend void register_ops(std::vector<OpDef> defs);
   void finish();
   std::vector<OpDef> ops_;
 };
 
 const OpRegistry& op_registry();
+// Adds `defs` to the process-wide registry, all or nothing: CompileError naming the op when
+// one is already registered or appears twice in `defs`. Thread-safe (writers are serialized;
+// readers see the old table or the new one, never a half-built one). For the plugin loader.
+void register_ops(std::vector<OpDef> defs);
 // nullptr when coil does not know the op.
 const OpDef* find_op(std::string_view name);
 

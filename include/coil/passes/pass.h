@@ -3,8 +3,9 @@
 // A Pass rewrites a Graph in place and says whether it changed it. Passes are registered by
 // name in a PassRegistry (a value: builtin_passes() makes one with coil's passes; a tool or a
 // test may add its own), and a Pipeline is an ordered list of passes built from a comma list
-// ("dce,cse"), normally CompileOptions::passes. Nothing here reads the environment or globals:
-// a pass gets the typed CompileOptions of the compilation and nothing else.
+// ("dce,cse"), normally CompileOptions::passes. Nothing here reads the environment, and the
+// only global is the list of passes plugins added (register_passes): a pass gets the typed
+// CompileOptions of the compilation and nothing else.
 //
 // After each pass the pipeline can run the graph verifier (coil/graph/verifier.h):
 // PipelineOptions::verify_each, on by default in debug builds, and set by the tests. A graph
@@ -65,6 +66,13 @@ class PassRegistry {
 // coil's own passes: dce (dce.h), cse (cse.h).
 PassRegistry builtin_passes();
 
+// Passes that plugins add (coil/plugin/loader.h). The one piece of global state of this layer,
+// so that a plugin loaded once is seen by every later compile: register_passes appends under a
+// mutex, all or nothing (CompileError naming a pass that a built-in or an earlier registration
+// already has, or that repeats); registered_passes() is builtin_passes() plus those, a copy.
+void register_passes(std::vector<PassRegistry::Entry> entries);
+PassRegistry registered_passes();
+
 struct PipelineOptions {
 #ifdef NDEBUG
   static constexpr bool kVerifyByDefault = false;
@@ -99,7 +107,7 @@ class Pipeline {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-// The pipeline that compile_graph runs: Pipeline::parse(options.passes, builtin_passes()).
+// The pipeline that compile_graph runs: Pipeline::parse(options.passes, registered_passes()).
 Pipeline build_pipeline(const CompileOptions& options);
 
 // Node positions across passes. The front end names a node by its position in the graph it

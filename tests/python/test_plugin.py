@@ -1,0 +1,221 @@
+"""The out-of-tree example plugin (examples/plugin/) is built with cmake + ninja into a temporary
+folder, loaded with coil.load_plugin, and used: its op through the graph-text API and through
+torch.compile (strict: a fallback would fail), its pass through the `passes` option; results
+are compared with eager PyTorch. Loading errors (missing file, not a plugin, another coil's
+plugin, a taken name) must be clear exceptions. Each check runs in a fresh interpreter: a
+plugin stays loaded for the life of its process, and these tests must not change the rest of
+the suite's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "plugin"
+
+
+def _missing_tools() -> list[str]:
+    tools = {"cmake": "cmake", "ninja": "ninja", "C++ compiler": os.environ.get("CXX", "c++")}
+    return [name for name, exe in tools.items() if shutil.which(exe) is None]
+
+
+@pytest.fixture(scope="module")
+def plugin_lib(tmp_path_factory) -> Path:
+    """The example plugin, built against this tree's headers."""
+    missing = _missing_tools()
+    if missing:
+        pytest.skip(f"cannot build the example plugin: no {', '.join(missing)} on PATH")
+    try:
+        import coil._coil  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"coil._coil not built: {e}")
+    build = tmp_path_factory.mktemp("plugin_build")
+    subprocess.run(["cmake", "-S", str(EXAMPLE), "-B", str(build), "-G", "Ninja",
+                    f"-DCOIL_SOURCE_DIR={ROOT}"], check=True, capture_output=True, text=True)
+    proc = subprocess.run(["ninja", "-C", str(build)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"the example plugin does not build:\n{proc.stdout[-6000:]}"
+    lib = build / "libcoil_example_plugin.so"
+    assert lib.exists()
+    return lib
+
+
+def run_isolated(code: str, tmp_path: Path, **env_extra) -> str:
+    """Runs `code` in a fresh interpreter (this checkout's coil) and returns its stdout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "python"), str(EXAMPLE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                 else []))
+    for var in ("COIL_STRICT", "COIL_DEBUG"):
+        env.pop(var, None)
+    env.update({k: str(v) for k, v in env_extra.items()})
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(code))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n" \
+                                 f"{proc.stderr[-6000:]}"
+    return proc.stdout
+
+
+def test_graph_text_op_and_pass(plugin_lib, tmp_path):
+    """The op lowers (no fallback) and computes what eager does; the plugin's pass runs where
+    the `passes` option names it and removes the x * 1."""
+    run_isolated(r"""
+        import os, torch, coil
+        from coil import _coil
+        import coil_example
+
+        lib = os.environ["PLUGIN"]
+        info = coil.load_plugin(lib)
+        assert info.name == "coil_example", info
+        assert info.ops == ["coil_example.scaled_softsign.default"], info
+        assert info.lowerings == info.ops and info.passes == ["coil_example_identity_arith"]
+        assert coil.load_plugin(lib) == info  # the same path again: a no-op
+        assert [p.name for p in coil.loaded_plugins()] == ["coil_example"]
+        assert "coil_example_identity_arith" in _coil.registered_passes()
+        assert "coil_example.scaled_softsign.default" in _coil.registered_ops()
+        assert "coil_example.scaled_softsign.default" in _coil.lowered_ops()
+
+        text = '''graph(%0: f32[4, 33], %1: f32[4, 33]):
+          %2: f32[4, 33] = aten.mul.Tensor(%0, 1.0)
+          %3: f32[4, 33] = coil_example.scaled_softsign.default(%2, 2.5)
+          %4: f32[4, 33] = aten.add.Tensor(%3, %1)
+          return (%4)
+        '''
+        def fallback(*args):
+            raise AssertionError("nothing may fall back")
+        x, y = torch.randn(4, 33) * 4, torch.randn(4, 33)
+        want = 2.5 * x / (1 + x.abs()) + y
+        dump = os.path.abspath("dump")
+        g = _coil.compile(text, {"passes": "coil_example_identity_arith,dce",
+                                 "debug_dir": dump, "strict": True}, fallback)
+        torch.testing.assert_close(g.run([x, y])[0], want)
+        art = g.artifacts
+        assert not art["fallback_ops"], art["fallback_ops"]
+        assert art["num_kernels"] == 1, art["schedule"]  # the op fused with the add
+        after = [f for _, _, fs in os.walk(dump) for f in fs if "after_coil_example" in f]
+        assert after == ["01b_1_after_coil_example_identity_arith.txt"], after
+        after_text = open(next(os.path.join(d, f) for d, _, fs in os.walk(dump) for f in fs
+                               if f == after[0])).read()
+        # The op reads %0 now; the x * 1 is left dead for dce.
+        assert "coil_example.scaled_softsign.default(%0, 2.5)" in after_text, after_text
+
+        # A wrong meta is caught by the plugin's meta function (the verifier uses it).
+        bad = text.replace("%3: f32[4, 33] = coil_example", "%3: f32[4, 34] = coil_example")
+        try:
+            _coil.compile(bad, {"strict": True}, fallback)
+            raise SystemExit("a wrong meta compiled")
+        except _coil.CompileError as e:
+            assert "coil_example.scaled_softsign.default" in str(e), e
+        print("ok")
+    """, tmp_path, PLUGIN=plugin_lib)
+
+
+def test_torch_compile_uses_plugin(plugin_lib, tmp_path):
+    """torch.compile(backend="coil") with strict=True: the custom op compiles into coil's own
+    kernels (no per-op fallback) once the plugin is loaded, forward and backward (the op's
+    autograd formula is traced into ATen ops), and matches eager."""
+    run_isolated(r"""
+        import os, torch, coil
+        import coil_example
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(16, 24)
+
+            def forward(self, x):
+                h = torch.ops.coil_example.scaled_softsign(self.lin(x), 3.0)
+                return torch.ops.coil_example.scaled_softsign(h * 1.0 - 0.25, 0.5)
+
+        torch.manual_seed(0)
+        model, x = Block(), torch.randn(8, 16)
+        with torch.no_grad():
+            want = model(x)
+
+        # Without the plugin the op runs through the per-op fallback.
+        coil.reset_report()
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(model, backend="coil")(x), want)
+        assert any("coil_example.scaled_softsign" in k for k in coil.report().fallback_ops)
+
+        coil_example.load(os.environ["PLUGIN"])
+        torch._dynamo.reset()
+        coil.reset_report()
+        opts = {"strict": True, "passes": "dce,cse,coil_example_identity_arith,dce"}
+        compiled = torch.compile(model, backend="coil", options=opts)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), want)
+        r = coil.report()
+        assert r.graphs_compiled == 1 and not r.fallback_ops and not r.graphs_fallen_back, r
+        print("ok")
+    """, tmp_path, PLUGIN=plugin_lib)
+
+
+BAD_ABI_C = r"""
+#include <stdint.h>
+struct AbiInfo { uint32_t struct_size, api_version; uint64_t fingerprint;
+                 const char* coil_version; const char* plugin_name; };
+static const struct AbiInfo info = {sizeof(struct AbiInfo), API, FINGERPRINT, "0.0.1", "old"};
+const struct AbiInfo* coil_plugin_abi(void) { return &info; }
+void coil_plugin_register(void* r) { *(volatile int*)0 = 1; /* must never be called */ }
+"""
+
+
+def test_load_errors(plugin_lib, tmp_path):
+    """Clear errors, and nothing registered, for each way loading can fail."""
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) to build the mismatched plugins")
+    # Plugins "built against another coil": another plugin API version; the same version but
+    # another ABI fingerprint. They crash if their entry point is ever called.
+    from coil import _coil
+    current = _coil.plugin_abi()
+    for name, api, fp in [("api", current["api_version"] + 1, 0),
+                          ("fp", current["api_version"], current["fingerprint"] ^ 1)]:
+        src = tmp_path / f"bad_{name}.c"
+        src.write_text(BAD_ABI_C.replace("API", str(api)).replace("FINGERPRINT", f"{fp}ull"))
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / f"libbad_{name}.so"),
+                        str(src)], check=True)
+    # The same plugin under another file name: a second library registering the same names.
+    shutil.copy(plugin_lib, tmp_path / "libcopy.so")
+    run_isolated(r"""
+        import ctypes.util, os, torch, coil
+        from coil import _coil
+
+        def error_of(path, kind=coil.PluginError):
+            try:
+                coil.load_plugin(path)
+            except kind as e:
+                return str(e)
+            raise SystemExit(f"{path} loaded")
+
+        assert "no such file" in error_of("missing/libnothing.so", FileNotFoundError)
+        ctypes.CDLL(ctypes.util.find_library("m"))  # loaded: its path is in our maps
+        libm_path = next(line.split()[-1] for line in open("/proc/self/maps")
+                         if "/libm." in line or "/libm-" in line)
+        e = error_of(libm_path)
+        assert "is not a coil plugin: it has no coil_plugin_abi symbol" in e, e
+        e = error_of("libbad_api.so")
+        assert "was built for coil plugin API version" in e and "rebuild it" in e, e
+        e = error_of("libbad_fp.so")
+        assert "was built against another coil (coil 0.0.1" in e, e
+        e = error_of(__file__)
+        assert "cannot load it" in e, e
+        assert coil.loaded_plugins() == []
+
+        first = coil.load_plugin(os.environ["PLUGIN"])
+        e = error_of("libcopy.so")
+        assert "plugin 'coil_example': op coil_example.scaled_softsign.default is already " \
+               "registered" in e, e
+        assert coil.loaded_plugins() == [first]
+        assert coil.__version__ == _coil.plugin_abi()["coil_version"]  # pyproject's version
+        print("ok")
+    """, tmp_path, PLUGIN=plugin_lib)
