@@ -75,7 +75,6 @@ const LoweringRegistry& lowering_registry();
 // (coil/plugin/loader.h).
 void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns);
 
-
 // Per-family registration, one per file under src/lower/.
 void register_pointwise_lowerings(LoweringRegistry& r);
 void register_view_lowerings(LoweringRegistry& r);
