@@ -21,14 +21,14 @@
 #include <string_view>
 #include <vector>
 
-#include "coil/backend/cpu/emit_cpp.h"
-#include "coil/backend/cuda/emit_cuda.h"
+#include "coil/backend/api/backend.h"
 #include "coil/graph/graph.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
 #include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
 #include "coil/passes/pass.h"
+#include "coil/runtime/backends.h"
 #include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "coil/support/error.h"
@@ -46,18 +46,23 @@ int usage(const char* msg) {
   return 2;
 }
 
-// The generated source of the graph's kernels, without the prelude.
+// The generated source of the graph's kernels, without the prelude, as the backend of that
+// name (cpp: cpu) lowers, schedules and emits it; fusion: the fusion log and schedule of the
+// default backend of the graph's inputs' device.
 std::string emit(const coil::Graph& g, std::string_view backend) {
   coil::CompileOptions o;
-  auto lowered = coil::lower::lower_graph(g, o);
+  const coil::backend::BackendRegistry& backends = coil::runtime::backends();
+  const coil::Device device =
+      g.inputs().empty() ? coil::Device::CPU : g.inputs().front()->meta().device;
+  const coil::backend::Backend& b = backend == "fusion"
+                                        ? backends.select(device, "")
+                                        : *backends.find(backend == "cpp" ? "cpu" : backend);
+  auto lowered = coil::lower::lower_graph(g, o, b.policy());
   coil::sched::align_iteration_spaces(lowered.program);
-  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o);
+  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o, b.policy());
   if (backend == "fusion")
     return s.fusion_log + "\n" + coil::sched::print_schedule(lowered.program, s);
-  if (backend == "cuda")
-    return coil::backend::cuda::strip_prelude(
-        coil::backend::cuda::emit_cuda(lowered.program, s, o).code);
-  return coil::backend::cpu::emit_cpp(lowered.program, s, o).code;
+  return b.generate(lowered.program, s, o).text;
 }
 
 }  // namespace
@@ -74,8 +79,9 @@ int main(int argc, char** argv) {
       pass_list += "," + std::string(a.substr(9));  // several --passes= run one after another
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
-      if (emit_backend != "cuda" && emit_backend != "cpp" && emit_backend != "fusion")
-        return usage("--emit takes cuda, cpp or fusion");
+      if (emit_backend != "cpp" && emit_backend != "fusion" &&
+          !coil::runtime::backends().find(emit_backend))
+        return usage("--emit takes cpp, fusion or a backend's name (cpu, cuda, portable)");
     } else if (a == "--final") {
       final_only = true;
     } else if (a == "--no-verify") {

@@ -53,6 +53,9 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_native_depthwise": bool,
     "cpu_gemm": str,
     "passes": str,
+    # A backend by registry name (src/runtime/backends.cpp): "portable" runs CPU graphs through
+    # the portable C++ backend; "" picks the device's default (cpu / cuda).
+    "backend_target": str,
 }
 
 

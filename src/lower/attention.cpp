@@ -19,7 +19,7 @@ namespace coil::lower {
 namespace {
 
 std::vector<TensorValue> lower_fused_attention(LoweringContext& ctx, const Node& node) {
-  COIL_USER_CHECK(detail::on_cuda(node))
+  COIL_USER_CHECK(ctx.target().fused_attention_extern)
       << node.op() << ": ATen's fused attention kernel is a CUDA extern; on the CPU "
       << "scaled_dot_product_attention goes through the flash_attention_for_cpu decomposition";
   // ATen allocates every output of these ops (never a view of an input): the runtime may

@@ -408,7 +408,7 @@ std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node
   // On the GPU the taps' loads are masked instead: a predicated load costs next to nothing
   // there, while the padded copy was a pass of its own over the block's largest activation
   // (MobileNetV2's [64, 96, 114, 114] bf16 copy took 330 us on an H100).
-  const bool masked_taps = node.output(0)->meta().device == Device::CUDA;
+  const bool masked_taps = ctx.target().masked_convolution_taps;
   if (masked_taps) {
     x = ctx.realize_like(x, input_meta);
   } else if (ph > 0 || pw > 0) {
@@ -764,13 +764,19 @@ std::optional<Grads> gathered_conv_backward(LoweringContext& ctx, const Node& no
   return out;
 }
 
-// Whether a convolution on this device is computed here, by option: every kind the CPU
-// lowers natively; on the GPU only depthwise ones. cuDNN's grouped kernel for MobileNetV2's bf16
+// Whether a convolution is computed here, by option: the backend says which kinds
+// (LoweringPolicy::native_convolutions) and which option turns them off. The CPU lowers every
+// kind natively; the GPU only depthwise ones: cuDNN's grouped kernel for MobileNetV2's bf16
 // channels-last depthwise layers took 350 us where the generated loop takes ~10 (H100); dense
 // convolutions stay with cuDNN.
-bool native_allowed(const LoweringContext& ctx, const TensorMeta& meta) {
-  if (meta.device == Device::CUDA) return ctx.options().cuda_native_depthwise;
-  return meta.device == Device::CPU && ctx.options().cpu_native_convolutions;
+bool native_allowed(const LoweringContext& ctx) {
+  const backend::LoweringPolicy& t = ctx.target();
+  return t.native_convolutions != backend::NativeConvolutions::None &&
+         t.native_convolutions_option != nullptr && ctx.options().*t.native_convolutions_option;
+}
+// Depthwise only: 1x1 and gathered dense convolutions stay externs.
+bool depthwise_only(const LoweringContext& ctx) {
+  return ctx.target().native_convolutions == backend::NativeConvolutions::DepthwiseOnly;
 }
 
 }  // namespace
@@ -782,8 +788,8 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
   const TensorValue& input = ctx.arg_value(node, 1, "input");
   const TensorValue& weight = ctx.arg_value(node, 2, "weight");
   const TensorMeta& meta = node.output(0)->meta();
-  const bool cuda = meta.device == Device::CUDA;  // depthwise only, as in the forward
-  if (!native_allowed(ctx, meta) || input.sizes.size() != 4 || weight.sizes.size() != 4 ||
+  const bool depthwise = depthwise_only(ctx);  // as in the forward
+  if (!native_allowed(ctx) || input.sizes.size() != 4 || weight.sizes.size() != 4 ||
       grad.sizes.size() != 4)
     return std::nullopt;
   const DType dt = meta.dtype;
@@ -792,9 +798,9 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
   if (p.transposed) return std::nullopt;
   const std::array<bool, 3> mask{output_mask[0] != 0, output_mask[1] != 0, output_mask[2] != 0};
   std::optional<Grads> g;
-  if (!cuda) g = pointwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
+  if (!depthwise) g = pointwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
   if (!g) g = depthwise_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
-  if (!g && !cuda) g = gathered_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
+  if (!g && !depthwise) g = gathered_conv_backward(ctx, node, grad, input, weight, dt, p, mask);
   if (!g) return std::nullopt;
   std::vector<TensorValue> out;
   for (int k = 0; k < 3; ++k)
@@ -805,10 +811,10 @@ std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
                                                       const std::vector<int64_t>& ints) {
   const TensorMeta& meta = node.output(0)->meta();
-  const bool cuda = meta.device == Device::CUDA;  // depthwise only (native_allowed)
+  const bool depthwise = depthwise_only(ctx);
   const TensorValue& input = ctx.arg_value(node, 0, "input");
   const TensorValue& weight = ctx.arg_value(node, 1, "weight");
-  if (!native_allowed(ctx, meta) || input.sizes.size() != 4 || weight.sizes.size() != 4)
+  if (!native_allowed(ctx) || input.sizes.size() != 4 || weight.sizes.size() != 4)
     return std::nullopt;
   const DType dt = meta.dtype;
   if (!float_type(dt)) return std::nullopt;
@@ -816,9 +822,9 @@ std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, cons
   if (p.transposed) return std::nullopt;
   const TensorMeta& input_meta = node.arg(0, "input")->value()->meta();
   std::optional<TensorValue> out;
-  if (!cuda) out = pointwise_conv(ctx, node, input, weight, input_meta, dt, p);
+  if (!depthwise) out = pointwise_conv(ctx, node, input, weight, input_meta, dt, p);
   if (!out) out = depthwise_conv(ctx, node, input, weight, input_meta, dt, p);
-  if (!out && !cuda) out = gathered_conv(ctx, node, input, weight, input_meta, dt, p);
+  if (!out && !depthwise) out = gathered_conv(ctx, node, input, weight, input_meta, dt, p);
   if (!out) return std::nullopt;
   const Arg* bias = node.arg(2, "bias");
   if (bias != nullptr && bias->is_value())

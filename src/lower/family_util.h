@@ -30,12 +30,12 @@ inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
   return e;
 }
 
-// On CUDA some ops run through ATen (the host callback, on the GPU) as extern kernels, like a
-// matmul, not as fallbacks of the op: index_put / scatter / embedding backward (the runtime's own
-// kernels work on host memory) and scaled-dot-product attention (ATen's fused kernels). The
+// Where the backend says so (LoweringPolicy::indexing_through_host, fused_attention_extern:
+// the GPU) some ops run through ATen (the host callback, on the device) as extern kernels, like
+// a matmul, not as fallbacks of the op: index_put / scatter / embedding backward (the runtime's
+// own kernels work on host memory) and scaled-dot-product attention (ATen's fused kernels). The
 // extern is the graph node itself (kind Fallback: the host runs it by position with the node's
-// tensor inputs; docs/cuda-backend.md). Defined in index.cpp.
-bool on_cuda(const Node& node);
+// tensor inputs; docs/cuda-backend.md): aten_extern below.
 
 // Whether `op` is a matrix product that coil runs as an extern (mm, addmm, bmm, baddbmm): it
 // reads its operands, realized, and returns no view of them.

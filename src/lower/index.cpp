@@ -90,10 +90,6 @@ InstrId load_or(BodyBuilder& b, sym::Context& c, const TensorValue& v,
   return b.op(InstrKind::Where, t, m, x, b.cast(other, t));
 }
 
-bool on_cuda(const Node& node) {
-  return !node.outputs().empty() && node.output(0)->meta().device == Device::CUDA;
-}
-
 std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node, bool fresh_outputs) {
   loop::ExternNode e = extern_for(ctx, node, loop::ExternKind::Fallback);
   e.fresh_outputs = fresh_outputs;
@@ -251,7 +247,8 @@ std::vector<Expr> running_offsets(LoweringContext& ctx, BodyBuilder& b, const Ca
 // at 64 pieces 256 conditional instructions per element in the emitted source, and with
 // symbolic lengths 64 running offsets and conditions that do not fold, which made g++ take
 // 2.5x the static graph's time. The cost: the result is realized (one more pass over it).
-// On CUDA the host would run the extern through ATen, so the where-chain stays there.
+// Where the host would run the extern through ATen (the GPU: LoweringPolicy::cat_by_copies
+// off), the where-chain stays.
 TensorValue cat_by_copies(LoweringContext& ctx, const Node& node,
                           const std::vector<TensorValue>& pieces, int64_t dim, DType dt) {
   sym::Context& c = ctx.ctx();
@@ -297,7 +294,7 @@ std::vector<TensorValue> lower_cat(LoweringContext& ctx, const Node& node) {
   }
   if (pieces.size() == 1) return {pieces[0]};
   if (static_cast<int64_t>(pieces.size()) > ctx.options().max_pointwise_cat &&
-      pieces[0].device == Device::CPU) {
+      ctx.target().cat_by_copies) {
     return {cat_by_copies(ctx, node, pieces, dim, dt)};
   }
   std::vector<Expr> lengths;
@@ -710,14 +707,18 @@ TensorValue index_put_extern(LoweringContext& ctx, const Node& node, const Tenso
   return ctx.from_buffer(out);
 }
 
-// Whether the GPU runtime scatters an accumulating index_put of `dt` itself (an atomic-add
-// kernel, runtime/cuda_index.cpp) rather than through ATen: float32 and float64 values.
-bool scatter_on_device(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
+// Whether the target scatters an accumulating index_put of `dt` itself (the GPU's atomic-add
+// kernel, runtime/cuda_index.cpp: LoweringPolicy::device_scatter) rather than through ATen:
+// float32 and float64 values.
+bool scatter_on_device(const LoweringContext& ctx, DType dt) {
+  return ctx.target().device_scatter && (dt == DType::Float32 || dt == DType::Float64);
+}
 
 std::vector<TensorValue> lower_index_put(LoweringContext& ctx, const Node& node) {
   bool accumulate = bool_arg(node, 3, "accumulate", false);
-  const bool cuda = on_cuda(node);
-  if (cuda && !(accumulate && scatter_on_device(out_dtype(node)))) return aten_extern(ctx, node);
+  const bool through_host = ctx.target().indexing_through_host;
+  if (through_host && !(accumulate && scatter_on_device(ctx, out_dtype(node))))
+    return aten_extern(ctx, node);
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const int64_t rank = static_cast<int64_t>(x.sizes.size());
   COIL_USER_CHECK(rank > 0) << "index_put on a 0-d tensor";
@@ -727,7 +728,7 @@ std::vector<TensorValue> lower_index_put(LoweringContext& ctx, const Node& node)
   for (const TensorValue* t : ai.tensors) idx.push_back(*t);
   // On the GPU the node's own ATen call is the fallback for what the kernel refuses: its
   // inputs must be the node's (int64 indices as they are, no index planning beyond that).
-  if (cuda) {
+  if (through_host) {
     bool plain = idx.size() == node.input_values().size() - 2;
     for (const TensorValue& t : idx) plain = plain && t.dtype == DType::Int64;
     if (!plain) return aten_extern(ctx, node);
@@ -798,7 +799,7 @@ std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, b
   int64_t dim = normalize_dim(node.arg(1, "dim")->as_int(), rank);
   DType dt = out_dtype(node);
   if (auto one_hot = scatter_one_per_line(ctx, node, x, index, dim, dt, has_src)) return {*one_hot};
-  if (on_cuda(node)) return aten_extern(ctx, node);
+  if (ctx.target().indexing_through_host) return aten_extern(ctx, node);
   std::vector<TensorValue> indices;
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < rank; ++d) {
@@ -834,7 +835,7 @@ std::vector<TensorValue> lower_scatter(LoweringContext& ctx, const Node& node, b
 }
 
 std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& node) {
-  if (on_cuda(node)) return aten_extern(ctx, node);
+  if (ctx.target().indexing_through_host) return aten_extern(ctx, node);
   const TensorValue& x = ctx.arg_value(node, 0, "self");
   const TensorValue& index = ctx.arg_value(node, 2, "index");
   const TensorValue& src = ctx.arg_value(node, 3, "src");
@@ -862,7 +863,8 @@ std::vector<TensorValue> lower_scatter_add(LoweringContext& ctx, const Node& nod
 std::vector<TensorValue> lower_embedding_backward(LoweringContext& ctx, const Node& node) {
   // On the GPU the runtime's atomic scatter takes every float32/float64 case (int64 flat
   // indices, one index dim), so ATen's call is never needed as a fallback there.
-  if (on_cuda(node) && !scatter_on_device(out_dtype(node))) return aten_extern(ctx, node);
+  if (ctx.target().indexing_through_host && !scatter_on_device(ctx, out_dtype(node)))
+    return aten_extern(ctx, node);
   sym::Context& c = ctx.ctx();
   sym::Context* cx = &c;
   const TensorValue& grad = ctx.arg_value(node, 0, "grad_output");

@@ -48,9 +48,9 @@ BufferId run_extern(LoweringContext& ctx, const Node& node, ExternKind kind,
 // the padded row stride, as Inductor's padded mm returns it. The pad columns hold the product
 // with B's zero-padded columns (zeros) and are never read.
 
-std::optional<int64_t> padded_columns(const Node& node, DType dt, const TensorValue& a,
+std::optional<int64_t> padded_columns(const LoweringContext& ctx, DType dt, const TensorValue& a,
                                       const TensorValue& b, const sym::Context& c) {
-  if (node.output(0)->meta().device != Device::CUDA) return std::nullopt;
+  if (!ctx.target().pad_matmul_operands) return std::nullopt;
   if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16) return std::nullopt;
   if (a.dtype != dt || b.dtype != dt) return std::nullopt;
   auto m = c.as_const(a.sizes[0]), k = c.as_const(a.sizes[1]), n = c.as_const(b.sizes[1]);
@@ -67,7 +67,7 @@ std::optional<int64_t> padded_columns(const Node& node, DType dt, const TensorVa
 // into a padded operand twice per training step (2 x 550 us on the H100). Realized with
 // zeroed pad columns instead, both products read it in place (ints[2]).
 std::optional<int64_t> detail::gemm_operand_pad(const LoweringContext& ctx, const TensorValue& v) {
-  if (v.device != Device::CUDA || v.sizes.size() != 2) return std::nullopt;
+  if (!ctx.target().pad_matmul_operands || v.sizes.size() != 2) return std::nullopt;
   if (v.dtype != DType::Float32 && v.dtype != DType::BFloat16 && v.dtype != DType::Float16)
     return std::nullopt;
   auto rows = ctx.ctx().as_const(v.sizes[0]), cols = ctx.ctx().as_const(v.sizes[1]);
@@ -120,11 +120,11 @@ std::vector<TensorValue> lower_mm(LoweringContext& ctx, const Node& node) {
   COIL_USER_CHECK(a.sizes.size() == 2 && b.sizes.size() == 2) << "mm: 2-d operands expected";
   const DType dt = out_dtype(node);
   sym::Context& c = ctx.ctx();
-  if (auto np = padded_columns(node, dt, a, b, c)) {
+  if (auto np = padded_columns(ctx, dt, a, b, c)) {
     BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], c.constant(*np)},
                               {}, matmul_ints(ctx, a, b, true));
-    return {
-        ctx.window(out, dt, Device::CUDA, {a.sizes[0], b.sizes[1]}, {c.constant(*np), c.one()})};
+    return {ctx.window(out, dt, node.output(0)->meta().device, {a.sizes[0], b.sizes[1]},
+                       {c.constant(*np), c.one()})};
   }
   BufferId out = run_extern(ctx, node, ExternKind::Mm, {a, b}, dt, {a.sizes[0], b.sizes[1]}, {},
                             matmul_ints(ctx, a, b, false));
@@ -496,7 +496,7 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
 std::optional<TensorValue> detail::fuse_matmul_epilogue(LoweringContext& ctx, const Node& act,
                                                         loop::MatmulEpilogue epilogue,
                                                         bool exact_gelu) {
-  if (!on_cuda(act) || act.input_values().empty()) return std::nullopt;
+  if (!ctx.target().matmul_epilogues || act.input_values().empty()) return std::nullopt;
   const DType dt = out_dtype(act);
   if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16) return std::nullopt;
   if (exact_gelu && dt != DType::BFloat16) return std::nullopt;

@@ -64,11 +64,12 @@ void fallback(LoweringContext& lc, const Node& node) {
 
 }  // namespace
 
-LowerResult lower_graph(const Graph& graph, const CompileOptions& options) {
+LowerResult lower_graph(const Graph& graph, const CompileOptions& options,
+                        const backend::TargetPolicy& target) {
   LowerResult res;
   loop::LoopProgram& prog = res.program;
   prog.ctx = &graph.ctx();
-  LoweringContext lc(graph, options, prog);
+  LoweringContext lc(graph, options, target.lowering, prog);
 
   for (size_t i = 0; i < graph.inputs().size(); ++i) {
     const Value* v = graph.inputs()[i];

@@ -14,8 +14,8 @@ using loop::BufferId;
 using loop::InstrId;
 
 LoweringContext::LoweringContext(const Graph& graph, const CompileOptions& options,
-                                 loop::LoopProgram& program)
-    : graph_(&graph), options_(&options), program_(&program) {
+                                 const backend::LoweringPolicy& target, loop::LoopProgram& program)
+    : graph_(&graph), options_(&options), target_(&target), program_(&program) {
   int max_id = -1;
   for (const Value* v : graph.inputs()) max_id = std::max(max_id, v->id());
   for (const Node* n : graph.nodes()) {
@@ -24,11 +24,6 @@ LoweringContext::LoweringContext(const Graph& graph, const CompileOptions& optio
   values_.resize(static_cast<size_t>(max_id + 1));
   owners_.resize(values_.size());
   if (program.ctx == nullptr) program.ctx = &graph.ctx();
-  for (const Value* v : graph.inputs())
-    if (v->meta().device == Device::CUDA) device_ = Device::CUDA;
-  for (const Node* n : graph.nodes())
-    for (const Value* v : n->outputs())
-      if (v->meta().device == Device::CUDA) device_ = Device::CUDA;
 }
 
 sym::Context& LoweringContext::ctx() const { return graph_->ctx(); }
@@ -291,7 +286,7 @@ TensorValue LoweringContext::reduce(loop::ReduceKind kind, DType dtype,
                                     std::vector<sym::Expr> out_sizes,
                                     std::vector<sym::Expr> reduction_sizes, ReduceBody body) {
   COIL_CHECK(kind != loop::ReduceKind::None);
-  if (device_ != Device::CUDA) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
+  if (!target_->split_reductions) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
   std::optional<detail::ReductionSplit> split =
       detail::plan_reduction_split(ctx(), kind, out_sizes, reduction_sizes);
   if (!split) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);

@@ -102,7 +102,7 @@ std::vector<TensorValue> lower_max_pool2d(LoweringContext& ctx, const Node& node
   // (2 threads). On the GPU the taps' recomputation is cheap next to the round trip (not
   // measured there; left inline).
   const TensorValue& x_in = ctx.arg_value(node, 0, "self");
-  const bool realize_input = x_in.inline_cost > 1 && x_in.device == Device::CPU;
+  const bool realize_input = x_in.inline_cost > 1 && ctx.target().realize_pool_input;
   const TensorValue& x = realize_input ? ctx.realize(x_in) : x_in;
   check_rank(x);
   Window w = window_args(node, 1, true);

@@ -271,7 +271,7 @@ struct VarResult {
 // unshifted E[x^2] - E[x]^2 would lose every digit of a large common offset. Equal values still
 // give exactly 0.
 bool one_pass_var(LoweringContext& ctx, const ReducePlan& p) {
-  return ctx.device() == Device::CUDA &&
+  return ctx.target().split_reductions &&
          detail::plan_reduction_split(ctx.ctx(), ReduceKind::Sum, p.out_sizes, p.red_sizes);
 }
 
@@ -291,7 +291,7 @@ VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,
     Loader first_element = [xl, p, first, acc](BodyBuilder& b, const std::vector<Expr>& idx) {
       return b.cast(xl(b, p.input_index(idx, first)), acc);
     };
-    if (ctx.device() == Device::CUDA && x.strided) {
+    if (ctx.target().inline_variance_shift && x.strided) {
       // On the GPU the readers load the row's first element of the realized input themselves
       // (a cached load the row shares): realized, K was one more tiny kernel per BatchNorm,
       // and the two statistics' last stages read no common input to be fused by.

@@ -30,12 +30,9 @@ struct Group {
 class Fuser {
  public:
   Fuser(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
-        const CompileOptions& options)
-      : p_(p), ctx_(*p.ctx), deps_(deps), options_(options) {
+        const CompileOptions& options, const backend::SchedulePolicy& policy)
+      : p_(p), ctx_(*p.ctx), deps_(deps), options_(options), policy_(policy) {
     producer_ = buffer_producers(p, deps);
-    // A graph runs on one device; intermediates of some lowerings keep the default device.
-    cuda_ = std::any_of(p.buffers.begin(), p.buffers.end(),
-                        [](const loop::Buffer& b) { return b.device == Device::CUDA; });
     step_group_.assign(p.steps.size(), -1);
     // The prefix starts every kernel's name, a C identifier in the generated code.
     for (char c : options.kernel_prefix)
@@ -249,7 +246,7 @@ class Fuser {
     if (!o) {
       return "outer ranges " + ranges_str(ctx_, grp.outer) + " vs " + ranges_str(ctx_, n.ranges);
     }
-    if (!cuda_) {
+    if (policy_.unit_stride_inner_loops) {
       for (int m : grp.steps)
         if (std::string why = strided_inner_loops(std::get<ComputeNode>(p_.steps[m]), *o);
             !why.empty())
@@ -430,7 +427,7 @@ class Fuser {
   // sums, read no common input). The CPU keeps them apart (a parallel region costs far less
   // than a launch). Returns whether it joined.
   bool join_small_kernel(int s, const ComputeNode& n, const std::string& name) {
-    if (!cuda_ || work(n) > kSmallKernelWork) return false;
+    if (!policy_.join_small_kernels || work(n) > kSmallKernelWork) return false;
     int looked = 0;
     for (int g = static_cast<int>(groups_.size()) - 1; g >= 0 && looked < kSmallKernelLookBack;
          --g) {
@@ -474,15 +471,16 @@ class Fuser {
   std::vector<int> step_group_;
   std::vector<Group> groups_;
   int num_kernels_ = 0;
-  bool cuda_ = false;
+  const backend::SchedulePolicy& policy_;  // the backend's fusion choices
   std::ostringstream log_;
 };
 
 }  // namespace
 
 void fuse_program(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
-                  const CompileOptions& options, Schedule& out) {
-  Fuser(p, deps, options).run(out);
+                  const CompileOptions& options, const backend::SchedulePolicy& policy,
+                  Schedule& out) {
+  Fuser(p, deps, options, policy).run(out);
 }
 
 void find_locals(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s) {

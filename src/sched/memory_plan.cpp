@@ -1,8 +1,8 @@
 // Memory planning: one storage per materialized intermediate buffer, allocated before its first
 // writer, released after its last reader, and reused for a later buffer of provably equal byte
-// size (not for a GPU extern call's result, which the runtime adopts). Graph outputs (and the
-// storages their views alias) are never released or reused. Each graph input's last reader is
-// recorded too, for runs that may drop inputs early.
+// size (not for a host op's result that the runtime adopts on the GPU: SchedulePolicy). Graph
+// outputs (and the storages their views alias) are never released or reused. Each graph input's
+// last reader is recorded too, for runs that may drop inputs early.
 #include <algorithm>
 
 #include "coil/support/error.h"
@@ -13,7 +13,7 @@ namespace coil::sched::detail {
 using loop::BufferId;
 
 MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
-                       const Schedule& s) {
+                       const Schedule& s, const backend::SchedulePolicy& policy) {
   const size_t nb = p.buffers.size();
   const size_t nt = s.order.size();
   MemoryPlan m;
@@ -70,12 +70,13 @@ MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& 
     for (BufferId b : writes_at[t]) {
       sym::Expr bytes = buffer_bytes(p, p.buffer(b));
       int sid = -1;
-      // On the GPU an extern call's result comes from the library (ATen, cuBLASLt through
-      // it) in its own allocation, which the runtime adopts as the storage; a reused storage
-      // would cost a device copy of the result instead (attention's v projection after the
-      // scores: a 32 MiB copy), while the caching allocator reuses the freed memory anyway.
+      // On the GPU the result of an op the host runs (ATen) comes in its own allocation,
+      // which the runtime adopts as the storage; a reused storage would cost a device copy of
+      // the result instead (attention's v projection after the scores: a 32 MiB copy), while
+      // the caching allocator reuses the freed memory anyway (SchedulePolicy).
       const bool adopted =
-          s.order[t].kind == ScheduledStep::Kind::Extern && p.buffer(b).device == Device::CUDA;
+          policy.adopt_host_results && s.order[t].kind == ScheduledStep::Kind::Extern &&
+          std::get<loop::ExternNode>(p.steps[s.order[t].index]).kind == loop::ExternKind::Fallback;
       if (!pinned[b] && !adopted) {
         auto it = std::find_if(pool.begin(), pool.end(), [&](const Free& f) {
           sym::Expr fb = m.storage_bytes[f.storage];

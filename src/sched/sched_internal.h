@@ -47,7 +47,8 @@ std::vector<int> outer_store_dims(const loop::ComputeNode& node, size_t n);
 
 // Kernels (fusion), their execution order together with extern steps, and the fusion log.
 void fuse_program(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
-                  const CompileOptions& options, Schedule& out);
+                  const CompileOptions& options, const backend::SchedulePolicy& policy,
+                  Schedule& out);
 
 // Locals of each kernel (fills KernelPlan::local_buffers).
 void find_locals(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s);
@@ -57,6 +58,6 @@ void find_locals(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, 
 void order_for_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& deps, Schedule& s);
 
 MemoryPlan plan_memory(const loop::LoopProgram& p, const std::vector<StepDeps>& deps,
-                       const Schedule& s);
+                       const Schedule& s, const backend::SchedulePolicy& policy);
 
 }  // namespace coil::sched::detail

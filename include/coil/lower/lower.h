@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "coil/backend/policy/target_policy.h"
 #include "coil/graph/graph.h"
 #include "coil/loop/program.h"
 #include "coil/support/options.h"
@@ -26,7 +27,10 @@ struct LowerResult {
   std::vector<std::string> fallback_ops;  // "aten.foo: reason", one per fallen-back node
 };
 
-LowerResult lower_graph(const Graph& graph, const CompileOptions& options);
+// `target`: the device choices of the backend that generates the code (its LoweringPolicy;
+// coil/backend/policy/target_policy.h). Lowering tests no device itself.
+LowerResult lower_graph(const Graph& graph, const CompileOptions& options,
+                        const backend::TargetPolicy& target);
 
 // True when an op has a lowering (used by tools and the coverage report).
 bool has_lowering(std::string_view op);

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "coil/backend/policy/target_policy.h"
 #include "coil/graph/graph.h"
 #include "coil/loop/program.h"
 #include "coil/support/options.h"
@@ -87,11 +88,13 @@ void register_attention_lowerings(LoweringRegistry& r);
 
 class LoweringContext {
  public:
-  LoweringContext(const Graph& graph, const CompileOptions& options, loop::LoopProgram& program);
+  LoweringContext(const Graph& graph, const CompileOptions& options,
+                  const backend::LoweringPolicy& target, loop::LoopProgram& program);
 
   sym::Context& ctx() const;
-  // CUDA when the graph has a CUDA value, else CPU.
-  Device device() const { return device_; }
+  // The device choices of the backend the graph is lowered for (which extern runs an op,
+  // whether reductions split, ...): lowerings read these, never the device.
+  const backend::LoweringPolicy& target() const { return *target_; }
   const CompileOptions& options() const { return *options_; }
   loop::LoopProgram& program() { return *program_; }
   const Graph& graph() const { return *graph_; }
@@ -162,8 +165,8 @@ class LoweringContext {
                           std::vector<sym::Expr> reduction_sizes, const ReduceBody& body);
 
   const Graph* graph_;
-  Device device_ = Device::CPU;
   const CompileOptions* options_;
+  const backend::LoweringPolicy* target_;
   loop::LoopProgram* program_;
   std::vector<std::optional<TensorValue>> values_;  // by Value::id()
   std::vector<const Value*> owners_;                // the Value of each set slot

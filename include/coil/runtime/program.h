@@ -28,8 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "coil/backend/cuda/driver.h"
-#include "coil/backend/cuda/emit_cuda.h"
+#include "coil/backend/cuda/compiled_kernels.h"
 #include "coil/loop/program.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/sched/schedule.h"
@@ -39,15 +38,9 @@ namespace coil::runtime {
 // The C ABI of a generated kernel (backend/cpu/emit_cpp.h).
 using KernelFn = void (*)(void* const* bufs, const int64_t* sizes);
 
-// The compiled kernels of a CUDA graph: per kernel its description and the CUfunction of each
-// entry point (backend/cuda/launch.h: entry_name).
-struct CudaKernels {
-  std::shared_ptr<void> module;  // keeps the loaded module alive
-  std::vector<backend::cuda::CudaKernel> kernels;
-  std::vector<std::array<void*, 7>> functions;  // backend::cuda::kRowEntries
-  const backend::cuda::DeviceInfo* device = nullptr;
-  std::string key;  // identifies the module (hash of its source and NVRTC command), for caches
-};
+// The compiled kernels of a CUDA graph (the CUDA backend's build(): KernelModule's
+// device_kernels).
+using CudaKernels = backend::cuda::CompiledKernels;
 
 class Program {
  public:

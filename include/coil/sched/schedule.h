@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "coil/backend/policy/target_policy.h"
 #include "coil/loop/program.h"
 #include "coil/support/options.h"
 
@@ -50,7 +51,10 @@ struct Schedule {
   std::string fusion_log;  // every fusion taken or refused, with the reason
 };
 
-Schedule schedule_program(const loop::LoopProgram& program, const CompileOptions& options);
+// `target`: the device choices of the backend that generates the code (its SchedulePolicy:
+// what may fuse, how memory is planned; coil/backend/policy/target_policy.h).
+Schedule schedule_program(const loop::LoopProgram& program, const CompileOptions& options,
+                          const backend::TargetPolicy& target);
 
 // Text of the scheduled program (kernels with their member nodes, extern calls, allocations).
 std::string print_schedule(const loop::LoopProgram& program, const Schedule& schedule);

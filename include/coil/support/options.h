@@ -43,7 +43,8 @@ namespace coil {
   X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */   \
   X(bool, cuda_native_depthwise, true, true)     /* CUDA depthwise convs: generated loops */      \
   X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */     \
-  X(std::string, passes, "dce,cse", true)        /* graph passes, in order (src/passes) */
+  X(std::string, passes, "dce,cse", true)        /* graph passes, in order (src/passes) */        \
+  X(std::string, backend_target, "", true)       /* backend by name; "": the device's default */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "../sched/test_programs.h"
+#include "../test_policies.h"
 #include "coil/backend/cpu/emit_cpp.h"
 #include "coil/backend/cpu/host_compiler.h"
 #include "coil/loop/interpreter.h"
@@ -39,7 +40,7 @@ loop::BufferId root(const loop::LoopProgram& p, loop::BufferId b) {
 KernelRun compile_and_run(const loop::LoopProgram& p, const std::vector<HostTensor>& inputs,
                           CompileOptions o = {}) {
   KernelRun run;
-  run.schedule = sched::schedule_program(p, o);
+  run.schedule = sched::schedule_program(p, o, coil::test_support::policy_for(p));
   const auto& s = run.schedule;
   run.source = backend::cpu::emit_cpp(p, s, o);
   auto compiled = backend::cpu::compile_and_load(run.source.code, o);

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "../test_policies.h"
 #include "coil/backend/cpu/emit_cpp.h"
 #include "coil/backend/cpu/host_compiler.h"
 #include "coil/graph/parser.h"
@@ -40,8 +41,9 @@ Compiled compile_text(const std::string& text,
   CompileOptions o;
   o.strict = true;
   o.max_pointwise_cat = max_pointwise_cat;
-  c.lowered = lower::lower_graph(*c.graph, o);
-  c.schedule = sched::schedule_program(c.lowered.program, o);
+  c.lowered = lower::lower_graph(*c.graph, o, coil::test_support::policy_for(*c.graph));
+  c.schedule = sched::schedule_program(c.lowered.program, o,
+                                       coil::test_support::policy_for(c.lowered.program));
   auto src = backend::cpu::emit_cpp(c.lowered.program, c.schedule, o);
   c.source = src.code;
   for (const auto& k : src.kernel_symbols) c.kernel_symbols.emplace_back(k);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "../sched/test_programs.h"
+#include "../test_policies.h"
 #include "coil/backend/cuda/emit_cuda.h"
 #include "coil/backend/cuda/launch.h"
 #include "coil/backend/cuda/nvrtc.h"
@@ -27,7 +28,7 @@ using backend::cuda::KernelKind;
 
 CudaSource emit(const loop::LoopProgram& p) {
   CompileOptions o;
-  sched::Schedule s = sched::schedule_program(p, o);
+  sched::Schedule s = sched::schedule_program(p, o, coil::test_support::policy_for(p));
   return backend::cuda::emit_cuda(p, s, o);
 }
 
@@ -83,7 +84,7 @@ TEST(EmitCuda, OnlineSoftmaxFusesMaxAndSumIntoOnePass) {
   build_softmax(b, b.c(8), b.c(64));
   CompileOptions o;
   o.cuda_online_softmax = true;
-  sched::Schedule s = sched::schedule_program(b.p, o);
+  sched::Schedule s = sched::schedule_program(b.p, o, coil::test_support::policy_for(b.p));
   CudaSource src = backend::cuda::emit_cuda(b.p, s, o);
   const std::string code = backend::cuda::strip_prelude(src.code);
   EXPECT_NE(code.find("in one pass"), std::string::npos) << code;
@@ -181,9 +182,10 @@ CudaSource emit_graph(const std::string& text) {
   sym::Context ctx;
   auto g = parse_graph(text, ctx);
   CompileOptions o;
-  auto lowered = lower::lower_graph(*g, o);
+  auto lowered = lower::lower_graph(*g, o, coil::test_support::policy_for(*g));
   sched::align_iteration_spaces(lowered.program);
-  sched::Schedule s = sched::schedule_program(lowered.program, o);
+  sched::Schedule s =
+      sched::schedule_program(lowered.program, o, coil::test_support::policy_for(lowered.program));
   return backend::cuda::emit_cuda(lowered.program, s, o);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../test_policies.h"
 #include "coil/lower/lowering.h"
 #include "family_test_util.h"
 
@@ -274,7 +275,7 @@ TEST(ConvNative, OptionOffKeepsTheExtern) {
   l.graph = parse_graph(text, *l.ctx);
   CompileOptions options;
   options.cpu_native_convolutions = false;
-  l.result = lower_graph(*l.graph, options);
+  l.result = lower_graph(*l.graph, options, coil::test_support::policy_for(*l.graph));
   EXPECT_EQ(extern_kinds(l), std::vector<ExternKind>{ExternKind::Convolution});
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../test_policies.h"
 #include "coil/graph/parser.h"
 #include "coil/loop/interpreter.h"
 #include "coil/lower/lower.h"
@@ -71,7 +72,7 @@ struct Lowered {
 inline Lowered lower_text(const std::string& text, const CompileOptions& options) {
   Lowered l;
   l.graph = parse_graph(text, *l.ctx);
-  l.result = lower_graph(*l.graph, options);
+  l.result = lower_graph(*l.graph, options, coil::test_support::policy_for(*l.graph));
   return l;
 }
 

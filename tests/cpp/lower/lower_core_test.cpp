@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../test_policies.h"
 #include "coil/graph/parser.h"
 #include "coil/loop/interpreter.h"
 #include "coil/loop/printer.h"
@@ -34,7 +35,7 @@ struct Lowered {
 Lowered lower_text(const std::string& text, CompileOptions opts = {}) {
   Lowered l;
   l.graph = parse_graph(text, *l.ctx);
-  l.result = lower_graph(*l.graph, opts);
+  l.result = lower_graph(*l.graph, opts, coil::test_support::policy_for(*l.graph));
   return l;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "../test_policies.h"
 #include "coil/sched/schedule.h"
 #include "coil/support/error.h"
 #include "test_programs.h"
@@ -119,7 +120,7 @@ void check_memory_plan(const loop::LoopProgram& p, const Schedule& s) {
 TEST(Schedule, SoftmaxIsOneKernelWithLocals) {
   ProgramBuilder b;
   build_softmax(b, b.c(8), b.c(16));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].steps, (std::vector<int>{0, 1, 2}));
   ASSERT_EQ(s.kernels[0].outer_ranges.size(), 1u);
@@ -140,7 +141,7 @@ TEST(Schedule, SymbolicSoftmax) {
   ProgramBuilder b;
   Expr s0 = b.size_symbol("s0", 0, 0), s1 = b.size_symbol("s1", 0, 1);
   build_softmax(b, s0, s1);
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);
   check_memory_plan(b.p, s);
@@ -150,7 +151,7 @@ TEST(Schedule, SymbolicSoftmax) {
 TEST(Schedule, LayerNormIsOneKernel) {
   ProgramBuilder b;
   build_layer_norm(b, b.c(8), b.c(32));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].steps.size(), 3u);
   EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);
@@ -161,7 +162,7 @@ TEST(Schedule, LayerNormIsOneKernel) {
 TEST(Schedule, PointwiseChainIsOneKernel) {
   ProgramBuilder b;
   build_pointwise_chain(b, b.c(64), b.c(256));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].outer_ranges.size(), 2u);
   EXPECT_EQ(s.kernels[0].local_buffers.size(), 2u);  // x*2 and exp are never materialized
@@ -177,17 +178,17 @@ TEST(Schedule, KernelPrefixNamesKernels) {
   build_pointwise_chain(b, b.c(64), b.c(256));
   CompileOptions o;
   o.kernel_prefix = "bw_";
-  Schedule s = sched::schedule_program(b.p, o);
+  Schedule s = sched::schedule_program(b.p, o, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u);
   EXPECT_EQ(s.kernels[0].name, "bw_kernel0");
   o.kernel_prefix = "a b";
-  EXPECT_THROW(sched::schedule_program(b.p, o), CompileError);
+  EXPECT_THROW(sched::schedule_program(b.p, o, coil::test_support::policy_for(b.p)), CompileError);
 }
 
 TEST(Schedule, IndependentReductionsFuseHorizontally) {
   ProgramBuilder b;
   build_independent_reductions(b, b.c(8), b.c(16));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].steps.size(), 5u);
   EXPECT_TRUE(s.kernels[0].local_buffers.empty());  // all are outputs
@@ -201,7 +202,7 @@ TEST(Schedule, IndependentReductionsFuseHorizontally) {
 TEST(Schedule, TransposesDoNotFuseAndReuseMemory) {
   ProgramBuilder b;
   build_transposes(b, b.c(8), b.c(16));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 4u) << s.fusion_log;
   EXPECT_NE(s.fusion_log.find("not fused buf2 into kernel0: outer ranges [8, 16] vs [16, 8]"),
             std::string::npos)
@@ -220,7 +221,7 @@ TEST(Schedule, TransposesDoNotFuseAndReuseMemory) {
 TEST(Schedule, SquareTransposeRejectedByOuterPoint) {
   ProgramBuilder b;
   build_transposes(b, b.c(16), b.c(16));
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   EXPECT_EQ(s.kernels.size(), 4u) << s.fusion_log;
   EXPECT_NE(s.fusion_log.find("not at the kernel's outer point"), std::string::npos)
       << s.fusion_log;
@@ -233,7 +234,7 @@ TEST(Schedule, NoFusionWhenDisabled) {
   build_softmax(b, b.c(8), b.c(16));
   CompileOptions o;
   o.fuse = false;
-  Schedule s = sched::schedule_program(b.p, o);
+  Schedule s = sched::schedule_program(b.p, o, coil::test_support::policy_for(b.p));
   EXPECT_EQ(s.kernels.size(), 3u);
   for (const auto& k : s.kernels) EXPECT_TRUE(k.local_buffers.empty());
   check_memory_plan(b.p, s);
@@ -261,7 +262,7 @@ TEST(Schedule, CycleThroughExternIsRejected) {
         return bb.op(InstrKind::Add, f, bb.load(a, f, {i[0], i[1]}), bb.load(e, f, {i[0], i[1]}));
       });
   b.p.outputs = {out};
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   ASSERT_EQ(s.kernels.size(), 2u) << s.fusion_log;
   EXPECT_NE(s.fusion_log.find("would create a cycle through extern fallback (step 1)"),
             std::string::npos)
@@ -294,7 +295,7 @@ TEST(Schedule, ViewOfOutputKeepsBaseAlive) {
     return bb.op(InstrKind::Exp, f, bb.load(a, f, {i[0]}));
   });
   b.p.outputs = {vid, c};
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   check_memory_plan(b.p, s);
   EXPECT_TRUE(s.kernels[0].local_buffers.empty());  // a is aliased by an output view
   for (const auto& fr : s.memory.free_after) {
@@ -337,7 +338,7 @@ TEST(Schedule, MemoryOrderRunsAProjectionLate) {
         return static_cast<int>(t);
     return -1;
   };
-  Schedule s = sched::schedule_program(b.p, CompileOptions{});
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   check_memory_plan(b.p, s);
   const int q_at = position(s, 0), k_at = position(s, 1), v_at = position(s, 2);
   const int scores_at = position(s, 3), out_at = position(s, 5);
@@ -354,14 +355,15 @@ TEST(Schedule, MemoryOrderRunsAProjectionLate) {
   EXPECT_TRUE(s.memory.buffer_storage[v] == s.memory.buffer_storage[q] ||
               s.memory.buffer_storage[v] == s.memory.buffer_storage[k]);
   for (auto& buffer : b.p.buffers) buffer.device = Device::CUDA;
-  Schedule gpu = sched::schedule_program(b.p, CompileOptions{});
+  Schedule gpu =
+      sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
   check_memory_plan(b.p, gpu);
   for (loop::BufferId other : {q, k, scores, probs})
     EXPECT_NE(gpu.memory.buffer_storage[v], gpu.memory.buffer_storage[other]);
   for (auto& buffer : b.p.buffers) buffer.device = Device::CPU;
   CompileOptions off;
   off.memory_order = false;
-  Schedule kept = sched::schedule_program(b.p, off);
+  Schedule kept = sched::schedule_program(b.p, off, coil::test_support::policy_for(b.p));
   check_memory_plan(b.p, kept);
   EXPECT_EQ(position(kept, 2), 2);
   EXPECT_EQ(kept.fusion_log.find("memory order"), std::string::npos);
@@ -390,7 +392,8 @@ TEST(Schedule, SmallGpuKernelsJoin) {
   ProgramBuilder tiny;
   build(tiny, 40, 1);
   on_gpu(tiny);
-  Schedule s = sched::schedule_program(tiny.p, CompileOptions{});
+  Schedule s =
+      sched::schedule_program(tiny.p, CompileOptions{}, coil::test_support::policy_for(tiny.p));
   check_memory_plan(tiny.p, s);
   EXPECT_LT(s.kernels.size(), 10u) << s.fusion_log;
   for (const auto& k : s.kernels) EXPECT_LE(k.steps.size(), 8u);  // 2 buffers each, 16 at most
@@ -398,11 +401,16 @@ TEST(Schedule, SmallGpuKernelsJoin) {
       << s.fusion_log;
   ProgramBuilder cpu;
   build(cpu, 4, 1);
-  EXPECT_EQ(sched::schedule_program(cpu.p, CompileOptions{}).kernels.size(), 4u);
+  EXPECT_EQ(sched::schedule_program(cpu.p, CompileOptions{}, coil::test_support::policy_for(cpu.p))
+                .kernels.size(),
+            4u);
   ProgramBuilder large;
   build(large, 4, 1 << 20);
   on_gpu(large);
-  EXPECT_EQ(sched::schedule_program(large.p, CompileOptions{}).kernels.size(), 4u);
+  EXPECT_EQ(
+      sched::schedule_program(large.p, CompileOptions{}, coil::test_support::policy_for(large.p))
+          .kernels.size(),
+      4u);
 }
 
 }  // namespace
