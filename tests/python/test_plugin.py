@@ -219,3 +219,28 @@ def test_load_errors(plugin_lib, tmp_path):
         assert coil.__version__ == _coil.plugin_abi()["coil_version"]  # pyproject's version
         print("ok")
     """, tmp_path, PLUGIN=plugin_lib)
+
+
+def test_entry_point_group(plugin_lib, tmp_path):
+    """An installed package names its plugin in the `coil.plugins` entry point group:
+    load_entry_point_plugins() loads it, once per process."""
+    site = tmp_path / "site"
+    dist = site / "coil_example_pkg-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: coil-example-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[coil.plugins]\ncoil_example = coil_example_pkg:plugin_path\n")
+    (site / "coil_example_pkg.py").write_text(
+        f"def plugin_path():\n    return {str(plugin_lib)!r}\n")
+    run_isolated(r"""
+        import sys
+        sys.path.insert(0, "site")
+        import coil
+        from coil.plugin import load_entry_point_plugins
+
+        loaded = load_entry_point_plugins()
+        assert [p.name for p in loaded] == ["coil_example"], loaded
+        assert load_entry_point_plugins() == []  # once per process
+        assert [p.name for p in coil.loaded_plugins()] == ["coil_example"]
+        print("ok")
+    """, tmp_path)
