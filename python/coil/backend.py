@@ -200,7 +200,8 @@ class CoilGraphFn:
     def __init__(self, name: str, gm: fx.GraphModule, exported: ExportedGraph, compiled,
                  options: CoilOptions, on_cuda: bool = False,
                  replayer: Callable[[Callable], Any] | None = None,
-                 consume: bool = False, device_index: int = 0):
+                 consume: bool = False, device_index: int = 0,
+                 saved_inputs: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())):
         self.name = name
         self.on_cuda = on_cuda
         # The CUDA device the graph was compiled for: made current around each call where
@@ -217,6 +218,9 @@ class CoilGraphFn:
         # Backward graphs take their inputs over (InputRelease) from the second call on: a
         # failure of the first call still falls back to eager with the inputs at hand.
         self.consume = consume and replayer is None
+        # mode="reduce-overhead" forward graphs: the outputs saved for the backward that are
+        # inputs or views of them, and the runtime inputs they read (_save_input_copies).
+        self.saved_positions, self.saved_args = saved_inputs
         self.calls = 0
         # The runtime args the outputs are rebuilt from (ExportedGraph.output_spec): kept.
         self.args_for_outputs = frozenset(v if k == "input" else v[1]
@@ -279,7 +283,10 @@ class CoilGraphFn:
                 raise RuntimeError(
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
                 )
-            return ex.rebuild_outputs(outs, args, env)
+            result = ex.rebuild_outputs(outs, args, env)
+            if self.saved_positions and self.replayer.last:
+                self._save_input_copies(result, outs, args, env)
+            return result
         except torch.OutOfMemoryError:
             # As eager would: the caller may free memory and call again (the graph stays
             # compiled; what the failed call allocated is gone with its references).
@@ -301,6 +308,19 @@ class CoilGraphFn:
                                    "free_backward_inputs=False keeps the inputs)") from e
             return self.eager(args)
 
+
+    def _save_input_copies(self, result: list, outs: list, args: list, env) -> None:
+        """mode="reduce-overhead", forward graphs: the saved values that are inputs (or views
+        of them) come from the replay's input copies (PooledReplayer.saved_inputs)."""
+        ex = self.exported
+        copies = self.replayer.saved_inputs(self.saved_args)
+        if not copies:
+            return
+        args = list(args)
+        for j, t in copies.items():
+            args[ex.input_indices[j]] = t
+        for p in self.saved_positions:
+            result[p] = ex.rebuild_output(p, outs, args, env)
 
     def _run_on_stream(self, inputs: list, rng_device: int = 0,
                        release: InputRelease | None = None) -> list:
@@ -429,8 +449,11 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
     log.debug("coil: compiled %s (%d nodes, %s kernels)", name, len(exported.nodes),
               artifacts.get("num_kernels"))
     replayer = None
+    saved_inputs: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     if on_cuda and options.reduce_overhead:
         replayer = _pooled_replayer(name, gm, exported, kind, options, pool or CapturePool())
+        if kind == "forward":
+            saved_inputs = _saved_inputs(exported, user_outputs_of(kind))
         dump.note("CUDA graph: captured and replayed (mode reduce-overhead)")
     elif on_cuda and kind == "inference" and options.cuda_graphs:
         blocker = capture_blocker(gm) or ("symbolic sizes" if exported.binder else "")
@@ -440,12 +463,28 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
             replayer = functools.partial(GraphReplayer, name)
     consume = kind == "backward" and options.free_backward_inputs
     fn = CoilGraphFn(name, gm, exported, compiled, options, on_cuda, replayer, consume,
-                     device_index)
+                     device_index, saved_inputs)
     with _lock:
         _graph_fns.add(fn)
         if _profiling:
             compiled.set_profiling(True)
     return fn
+
+
+def _saved_inputs(exported: ExportedGraph,
+                  n_user: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A forward graph's outputs past the first n_user (saved for the backward) that are
+    inputs or views of inputs, and the runtime input positions those read."""
+    if n_user is None:
+        return (), ()
+    positions, reads = [], set()
+    runtime_pos = {i: j for j, i in enumerate(exported.input_indices)}
+    for p, (kind, v) in enumerate(exported.output_spec):
+        arg = v if kind == "input" else v[1] if kind == "view" else None
+        if p >= n_user and arg in runtime_pos:
+            positions.append(p)
+            reads.add(runtime_pos[arg])
+    return tuple(positions), tuple(sorted(reads))
 
 
 def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kind: str,
@@ -468,7 +507,7 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
                  and torch.Tag.nondeterministic_seeded in n.target.tags
                  for n in gm.graph.nodes)
     return lambda run: PooledReplayer(
-        name, run, pool, frozenset(in_place), None if clone is None else frozenset(clone),
+        name, run, pool, kind, frozenset(in_place), None if clone is None else frozenset(clone),
         exported.mutated_inputs, random, options.cuda_graph_max_captures)
 
 

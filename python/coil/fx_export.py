@@ -378,23 +378,26 @@ class ExportedGraph:
 
     def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
                         env: dict[str, int] | None = None) -> list:
-        out = []
-        for kind, v in self.output_spec:
-            if kind == "view":
-                out.append(self._replay_view(v, coil_outs, args, env))
-            elif kind == "tensor":
-                t = coil_outs[v]
-                want = self.gapped_outputs.get(v)
-                if want is not None and not _same_strides(t, want):
-                    t = _restrided(t, want)
-                out.append(t)
-            elif kind == "input":
-                out.append(args[v])
-            elif kind == "sym":
-                out.append(v(env))
-            else:
-                out.append(v)
-        return out
+        return [self.rebuild_output(p, coil_outs, args, env)
+                for p in range(len(self.output_spec))]
+
+    def rebuild_output(self, p: int, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
+                       env: dict[str, int] | None = None) -> Any:
+        """FX output p, from the coil outputs and the runtime args."""
+        kind, v = self.output_spec[p]
+        if kind == "view":
+            return self._replay_view(v, coil_outs, args, env)
+        if kind == "tensor":
+            t = coil_outs[v]
+            want = self.gapped_outputs.get(v)
+            if want is not None and not _same_strides(t, want):
+                t = _restrided(t, want)
+            return t
+        if kind == "input":
+            return args[v]
+        if kind == "sym":
+            return v(env)
+        return v
 
 
     def _replay_view(self, v: tuple, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],

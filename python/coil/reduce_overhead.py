@@ -15,11 +15,14 @@ What keeps a replay equal to an ordinary call:
     and raises when one is read after the next replay overwrote it.) The forward's saved
     activations and the backward's gradients stay in the pool, returned as aliases.
   * A replay overwrites the pool memory its capture used. So before a replay, the values it
-    would overwrite must be dead: the aliases it handed out last time, and those of every
+    would overwrite must be dead: the tensors it handed out last time, and those of every
     capture made after it in the same pool (which may sit in memory this one used for
-    temporaries). A storage's use count says whether anyone still holds one. If some are
-    alive (a second forward before the first one's backward, a gradient kept by the
-    optimizer), another capture is made, which the allocator keeps clear of them.
+    temporaries). Each replay hands its outputs out on new storage objects, and weak
+    references to those say whether anyone still holds one. A forward's saved values count
+    as dead once its backward ran (the spent autograd context may still reference them until
+    the loss is dropped; they are then marked so that reading them raises). Where some are
+    alive (a second forward before the first one's backward, a gradient the optimizer kept),
+    another capture is made, which the allocator keeps clear of them.
   * Sizes. Each distinct set of input sizes (and symbol values) gets its own capture, the
     first call of each running ordinarily (it tunes the launches); past
     `cuda_graph_max_captures` captures per graph, calls run ordinarily.
@@ -33,10 +36,12 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Callable, Sequence
+import weakref
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 log = logging.getLogger("coil")
 
@@ -46,31 +51,79 @@ __all__ = ["CapturePool", "PooledReplayer", "static_inputs_of", "user_outputs_of
 # every call (its forward ran ordinarily) must not grow this without bound.
 _SEEN_KEYS = 64
 
+STALE = ("coil: this tensor was saved by a compiled forward (mode=\"reduce-overhead\") whose "
+         "CUDA graph ran again after its backward; its memory now holds the newer call's values. "
+         "Run the backward before calling the forward again, or compile without that mode.")
 
-def _use_count(cdata: int) -> int:
-    return torch._C._storage_Use_Count(cdata)
+
+def _meta(t: torch.Tensor) -> dict:
+    """What _construct_CUDA_Tensor_From_Storage_And_Metadata needs to rebuild t on a fresh
+    storage object over the same memory."""
+    s = t.untyped_storage()
+    return {"nbytes": s.nbytes(), "data_ptr": s.data_ptr(), "size": t.shape,
+            "stride": t.stride(), "dtype": t.dtype, "device": t.device,
+            "storage_offset": t.storage_offset()}
 
 
 class _Capture:
-    """One captured call: its CUDA graph, its input buffers and its outputs in the pool."""
+    """One captured call: its CUDA graph, its input buffers and its outputs in the pool.
 
-    def __init__(self, graph, static_inputs, outputs, copied, order):
+    Outputs that are not copied are handed out as new tensors on new storage objects over the
+    pool's memory at each replay (a generation): weak references to those storages say whether
+    anyone still holds one, and an overwritten generation can be marked stale."""
+
+    def __init__(self, graph, static_inputs, outputs, copied, order, clone, forward):
         self.graph = graph
         self.static_inputs = static_inputs
         self.outputs = outputs  # the pool's tensors (never handed out themselves)
         self.copied = copied  # input positions copied in before each replay
         self.order = order  # position in the pool's capture order
-        # Each distinct output storage with its use count when only this object holds it: a
-        # higher count means someone holds an alias handed out by the last replay.
-        storages = {}
-        for t in outputs:
-            s = t.untyped_storage()
-            storages.setdefault(s._cdata, s)
-        self._storages = list(storages.values())  # keeps the cdata valid
-        self.baseline = [(s._cdata, _use_count(s._cdata)) for s in self._storages]
+        self.clone = clone  # output positions returned as copies (None: all)
+        # A forward's outputs past the user's are consumed by its backward: once it ran, the
+        # autograd context that still references them is spent.
+        self.forward = forward
+        self.out_meta = {j: _meta(t) for j, t in enumerate(outputs)
+                         if clone is not None and j not in clone}
+        self.in_meta = {i: _meta(static_inputs[i]) for i in copied}
+        self.live: list = []  # StorageWeakRef of the last generation's storages
+        self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
+        self.consumed = False
 
     def busy(self) -> bool:
-        return any(_use_count(c) > n for c, n in self.baseline)
+        if self.consumed:
+            return False
+        return any(not w.expired() for w in self.live)
+
+    def new_generation(self) -> tuple[list, dict[int, torch.Tensor], list]:
+        """(outputs, input copies by position, storage weak refs) for the replay just run."""
+        if self.live and any(not w.expired() for w in self.live):
+            # Held only by spent autograd contexts (busy() said so): reading them again would
+            # give the newer call's numbers, so make it an error instead.
+            for r in self.handed:
+                t = r()
+                if t is not None:
+                    torch._C._set_storage_access_error_msg(t, STALE)
+        storages: dict[int, Any] = {}
+
+        def rebuild(m):
+            s = storages.get(m["data_ptr"])
+            if s is None:
+                s = torch._C._construct_storage_from_data_pointer(m["data_ptr"], m["device"],
+                                                                  m["nbytes"])
+                storages[m["data_ptr"]] = s
+            return torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata(m, s)
+
+        outs = []
+        for j, t in enumerate(self.outputs):
+            m = self.out_meta.get(j)
+            outs.append(t.clone() if m is None else rebuild(m))
+        inputs = {i: rebuild(m) for i, m in self.in_meta.items()}
+        refs = [StorageWeakRef(s) for s in storages.values()]
+        self.live = refs
+        self.handed = [weakref.ref(t) for t in (*outs, *inputs.values())
+                       if t.untyped_storage().data_ptr() in storages]
+        self.consumed = False
+        return outs, inputs, refs
 
 
 class CapturePool:
@@ -80,31 +133,53 @@ class CapturePool:
     def __init__(self):
         self._handle = None
         self.captures: list[_Capture] = []
+        # Storage (cdata) of a forward's last generation -> its capture: a backward that reads
+        # one marks the forward's saved values consumed.
+        self.saved: dict[int, _Capture] = {}
 
     def handle(self):
         if self._handle is None:
             self._handle = torch.cuda.graph_pool_handle()
         return self._handle
 
-    def add(self, graph, static_inputs, outputs, copied) -> _Capture:
-        c = _Capture(graph, static_inputs, outputs, copied, len(self.captures))
+    def add(self, graph, static_inputs, outputs, copied, clone, forward) -> _Capture:
+        c = _Capture(graph, static_inputs, outputs, copied, len(self.captures), clone, forward)
         self.captures.append(c)
         return c
 
     def may_replay(self, c: _Capture) -> bool:
         return not any(d.busy() for d in self.captures[c.order:])
 
+    def handed_out(self, c: _Capture, refs: list) -> None:
+        if not c.forward:
+            return
+        for cdata in [k for k, v in self.saved.items() if v is c]:
+            del self.saved[cdata]
+        for r in refs:
+            self.saved[r.cdata] = c
+
+    def consume(self, inputs: Sequence[torch.Tensor]) -> None:
+        """A backward is running on `inputs`: the forward generations they come from are
+        spent once it has (their contexts are freed, or hold values nobody reads again)."""
+        if not self.saved:
+            return
+        for t in inputs:
+            c = self.saved.get(t.untyped_storage()._cdata)
+            if c is not None:
+                c.consumed = True
+
 
 class PooledReplayer:
     """Runs `run(inputs, rng_device) -> outputs` (one coil graph on the current stream) as a
     captured CUDA graph in `pool`, per distinct key of sizes and in-place addresses."""
 
-    def __init__(self, name: str, run: Callable[..., list], pool: CapturePool,
+    def __init__(self, name: str, run: Callable[..., list], pool: CapturePool, kind: str,
                  in_place: frozenset[int], clone_outputs: frozenset[int] | None,
                  mutated: Sequence[int], random: bool, max_captures: int):
         self.name = name
         self.run = run
         self.pool = pool
+        self.kind = kind
         self.in_place = in_place  # input positions read where they are
         self.clone_outputs = clone_outputs  # output positions returned as copies (None: all)
         self.mutated = tuple(mutated)
@@ -116,15 +191,16 @@ class PooledReplayer:
         self.disabled = ""
         self.replays = 0
         self._seed: torch.Tensor | None = None
-
-    def _key(self, inputs: Sequence[torch.Tensor], extra: tuple) -> tuple:
-        key = [extra]
-        for i, t in enumerate(inputs):
-            key.append((tuple(t.shape), t.stride(), t.dtype,
-                        t.data_ptr() if i in self.in_place or _overlaps(t) else None))
-        return tuple(key)
+        self._saved: dict[int, torch.Tensor] = {}  # the last replay's input copies, handed out
 
     def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
+        self._saved = {}
+        outs = self._call(inputs, extra)
+        if self.kind == "backward":
+            self.pool.consume(inputs)  # after the run: its inputs were still needed in it
+        return outs
+
+    def _call(self, inputs: Sequence[torch.Tensor], extra: tuple) -> list:
         if self.disabled or torch.cuda.is_current_stream_capturing():
             return self.run(list(inputs))
         key = self._key(inputs, extra)
@@ -146,6 +222,23 @@ class PooledReplayer:
         self.captures.setdefault(key, []).append(c)
         return self._replay(c, inputs)
 
+    def saved_inputs(self, positions: Sequence[int]) -> dict[int, torch.Tensor]:
+        """After a replay: the input copies at these input positions. A forward saves some
+        inputs for its backward (a linear layer's input); handing the backward the copy, whose
+        address stays put, lets the backward's capture be replayed too."""
+        return {i: self._saved[i] for i in positions if i in self._saved}
+
+    @property
+    def last(self) -> bool:
+        return bool(self._saved)
+
+    def _key(self, inputs: Sequence[torch.Tensor], extra: tuple) -> tuple:
+        key = [extra]
+        for i, t in enumerate(inputs):
+            key.append((tuple(t.shape), t.stride(), t.dtype,
+                        t.data_ptr() if i in self.in_place or _overlaps(t) else None))
+        return tuple(key)
+
     def _capture(self, inputs: Sequence[torch.Tensor]) -> _Capture | None:
         self.num_captures += 1
         copied = frozenset(i for i, t in enumerate(inputs)
@@ -159,8 +252,7 @@ class PooledReplayer:
             else:
                 static.append(t)
         if self.random and self._seed is None:
-            self._seed = torch.zeros(1, dtype=torch.int64, device=inputs[0].device
-                                     if inputs else "cuda")
+            self._seed = torch.zeros(1, dtype=torch.int64, device=torch.cuda.current_device())
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self.pool.handle(),
@@ -176,7 +268,8 @@ class PooledReplayer:
             log.info("coil: %s runs without a CUDA graph: %s", self.name, self.disabled)
             torch.cuda.synchronize()
             return None
-        c = self.pool.add(graph, static, list(outs), copied)
+        c = self.pool.add(graph, static, list(outs), copied, self.clone_outputs,
+                          self.kind == "forward")
         del outs
         log.debug("coil: %s captured (capture %d of the graph, %d in the pool)", self.name,
                   self.num_captures, len(self.pool.captures))
@@ -190,9 +283,9 @@ class PooledReplayer:
         for i in self.mutated:
             if i in c.copied:
                 inputs[i].copy_(c.static_inputs[i])
-        clone = self.clone_outputs
-        return [o.clone() if clone is None or j in clone else o.detach()
-                for j, o in enumerate(c.outputs)]
+        outs, self._saved, refs = c.new_generation()
+        self.pool.handed_out(c, refs)
+        return outs
 
 
 def _overlaps(t: torch.Tensor) -> bool:

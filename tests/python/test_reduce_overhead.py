@@ -68,6 +68,10 @@ def _replayers():
             if isinstance(fn.replayer, PooledReplayer)]
 
 
+def _states():
+    return [(r.name, r.disabled, r.replays, r.num_captures) for r in _replayers()]
+
+
 def _fresh():
     torch._dynamo.reset()
     backend._graph_fns.clear()
@@ -103,7 +107,7 @@ def test_inference_replays_match_eager_and_outputs_stay_valid(dtype):
     for got, want in kept:  # returned outputs are copies: later replays did not touch them
         torch.testing.assert_close(got, want, **tol)
     (r,) = _replayers()
-    assert not r.disabled and r.num_captures == 1 and r.replays >= 8
+    assert not r.disabled and r.num_captures == 1 and r.replays >= 8, _states()
 
 
 def _train_pair(model, opt_kwargs=None):
@@ -143,8 +147,7 @@ def test_training_steps_match_eager(set_to_none):
                 torch.testing.assert_close(loss.detach(), want, **tol)
         _assert_same_params(eager, mine, tol)
     rs = _replayers()
-    assert len(rs) == 2 and all(not r.disabled and r.replays >= 4 for r in rs), \
-        [(r.name, r.disabled, r.replays, r.num_captures) for r in rs]
+    assert len(rs) == 2 and all(not r.disabled and r.replays >= 4 for r in rs), _states()
     assert rs[0].pool is rs[1].pool
 
 
@@ -168,7 +171,7 @@ def test_two_forwards_before_one_backward():
         for g, h in zip(*grads):
             torch.testing.assert_close(h, g, **tol)
     (fw, bw) = _replayers()
-    assert fw.num_captures >= 2 and fw.replays >= 4
+    assert fw.num_captures >= 2 and fw.replays >= 4, _states()
 
 
 @pytest.mark.gpu
@@ -200,7 +203,7 @@ def test_dropout_draws_fresh_masks_in_replays_and_backward_uses_the_same_mask():
     for a, b in zip(masks, masks[1:]):
         assert not torch.equal(a, b)  # fresh numbers in every call, replays included
     rs = _replayers()
-    assert rs and all(not r.disabled and r.replays >= 4 for r in rs)
+    assert rs and all(not r.disabled and r.replays >= 4 for r in rs), _states()
     assert any(r.random for r in rs)
 
 
@@ -236,7 +239,7 @@ def test_input_mutation_and_batch_norm_statistics():
         _assert_same_params(eager, mine, tol)
         torch.testing.assert_close(mine[1].running_mean, eager[1].running_mean, **tol)
         torch.testing.assert_close(mine[1].running_var, eager[1].running_var, **tol)
-    assert all(r.replays >= 2 for r in _replayers())
+    assert all(r.replays >= 2 for r in _replayers()), _states()
 
 
 @pytest.mark.gpu
