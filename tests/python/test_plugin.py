@@ -72,6 +72,18 @@ def test_graph_text_op_and_pass(plugin_lib, tmp_path):
         from coil import _coil
         import coil_example
 
+        text = '''graph(%0: f32[4, 33], %1: f32[4, 33]):
+          %2: f32[4, 33] = aten.mul.Tensor(%0, 1.0)
+          %3: f32[4, 33] = coil_example.scaled_softsign.default(%2, 2.5)
+          %4: f32[4, 33] = aten.add.Tensor(%3, %1)
+          return (%4)
+        '''
+        def fallback(*args):
+            raise AssertionError("nothing may fall back")
+        # Before the plugin: coil does not know the op, which would run through the fallback.
+        before = _coil.compile(text, {}, fallback).artifacts["fallback_ops"]
+        assert any("coil_example.scaled_softsign.default" in f for f in before), before
+
         lib = os.environ["PLUGIN"]
         info = coil.load_plugin(lib)
         assert info.name == "coil_example", info
@@ -83,14 +95,6 @@ def test_graph_text_op_and_pass(plugin_lib, tmp_path):
         assert "coil_example.scaled_softsign.default" in _coil.registered_ops()
         assert "coil_example.scaled_softsign.default" in _coil.lowered_ops()
 
-        text = '''graph(%0: f32[4, 33], %1: f32[4, 33]):
-          %2: f32[4, 33] = aten.mul.Tensor(%0, 1.0)
-          %3: f32[4, 33] = coil_example.scaled_softsign.default(%2, 2.5)
-          %4: f32[4, 33] = aten.add.Tensor(%3, %1)
-          return (%4)
-        '''
-        def fallback(*args):
-            raise AssertionError("nothing may fall back")
         x, y = torch.randn(4, 33) * 4, torch.randn(4, 33)
         want = 2.5 * x / (1 + x.abs()) + y
         dump = os.path.abspath("dump")
@@ -106,6 +110,14 @@ def test_graph_text_op_and_pass(plugin_lib, tmp_path):
                                if f == after[0])).read()
         # The op reads %0 now; the x * 1 is left dead for dce.
         assert "coil_example.scaled_softsign.default(%0, 2.5)" in after_text, after_text
+
+        # Integer inputs compute in f32 (the meta function's dtype rule), as eager does.
+        ints = _coil.compile('''graph(%0: i64[3, 5]):
+          %1: f32[3, 5] = coil_example.scaled_softsign.default(%0, -1.5)
+          return (%1)
+        ''', {"strict": True}, fallback)
+        i = torch.randint(-9, 9, (3, 5))
+        torch.testing.assert_close(ints.run([i])[0], torch.ops.coil_example.scaled_softsign(i, -1.5))
 
         # A wrong meta is caught by the plugin's meta function (the verifier uses it).
         bad = text.replace("%3: f32[4, 33] = coil_example", "%3: f32[4, 34] = coil_example")
