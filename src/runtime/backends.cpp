@@ -5,6 +5,7 @@
 
 #include "coil/backend/cpu/cpu_backend.h"
 #include "coil/backend/cuda/cuda_backend.h"
+#include "coil/backend/portable/portable_backend.h"
 
 namespace coil::runtime {
 
@@ -13,6 +14,7 @@ const backend::BackendRegistry& backends() {
     backend::BackendRegistry r;
     r.add(backend::cpu::make_cpu_backend());  // the default for CPU graphs (added first)
     r.add(backend::cuda::make_cuda_backend());
+    r.add(backend::portable::make_portable_backend());  // backend_target="portable"
     return r;
   }();
   return registry;

@@ -5,7 +5,7 @@
 
 namespace coil::runtime {
 
-// The built-in backends, in the order select() prefers them per device: cpu, then cuda
+// The built-in backends, in the order select() prefers them per device: cpu, cuda, portable
 // (src/runtime/backends.cpp registers each in one line).
 const backend::BackendRegistry& backends();
 

@@ -117,6 +117,7 @@ void hash_runtime_headers(const std::string& dir, detail::Sha256& h) {
 // errno or FP exception flags), both let gcc vectorize sqrt and speculated selects.
 constexpr const char* kFixedFlags = "-fno-math-errno -fno-trapping-math";
 constexpr const char* kTailFlags = "-fopenmp -shared -fPIC -std=c++17";
+constexpr const char* kTailFlagsNoOpenMP = "-shared -fPIC -std=c++17";
 
 }  // namespace
 
@@ -161,7 +162,9 @@ void* SharedLibrary::symbol(const std::string& name) const {
 // ---- compile_and_load -------------------------------------------------------------------------
 
 HostCompileResult compile_and_load(const std::string& source, const CompileOptions& options,
-                                   const std::vector<std::string>& entries) {
+                                   const std::vector<std::string>& entries,
+                                   const HostToolchain& toolchain) {
+  const char* const tail_flags = toolchain.openmp ? kTailFlags : kTailFlagsNoOpenMP;
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -178,7 +181,7 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
   detail::Sha256 h;
   h.update("coil-host-compile-v2");
   for (const std::string& part :
-       {quote_command(cxx), std::string(kFixedFlags), quote_command(flags), std::string(kTailFlags),
+       {quote_command(cxx), std::string(kFixedFlags), quote_command(flags), std::string(tail_flags),
         compiler_version(options)}) {
     h.update(std::to_string(part.size()) + ":");
     h.update(part);
@@ -196,7 +199,7 @@ HostCompileResult compile_and_load(const std::string& source, const CompileOptio
     std::vector<std::string> argv = cxx;
     for (const std::string& f : split_words(kFixedFlags)) argv.push_back(f);
     argv.insert(argv.end(), flags.begin(), flags.end());
-    for (const std::string& f : split_words(kTailFlags)) argv.push_back(f);
+    for (const std::string& f : split_words(tail_flags)) argv.push_back(f);
     argv.push_back("-I" + headers);
     argv.push_back("-DCOIL_CACHE_KEY=k" + key);
     argv.push_back("-frandom-seed=k" + key);

@@ -58,10 +58,18 @@ struct HostCompileResult {
   void* entry(const std::string& name) const { return library->symbol(name + symbol_suffix); }
 };
 
+// What coil adds to the user's flags. The CPU backend's kernels use OpenMP; a backend whose
+// source needs none (the portable one: src/backend/portable) compiles without -fopenmp, so
+// that a compiler without OpenMP builds it. Part of the cache key.
+struct HostToolchain {
+  bool openmp = true;
+};
+
 // Compiles (or finds in the cache) and loads `source`, then resolves each of `entries` as
 // COIL_ENTRY names into result.entries. A cached library that fails to load or to resolve them
 // is evicted and compiled again (once); after a fresh compile that is a CompileError.
 HostCompileResult compile_and_load(const std::string& source, const CompileOptions& options,
-                                   const std::vector<std::string>& entries = {});
+                                   const std::vector<std::string>& entries = {},
+                                   const HostToolchain& toolchain = {});
 
 }  // namespace coil::backend::cpu
