@@ -451,9 +451,10 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
     replayer = None
     saved_inputs: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     if on_cuda and options.reduce_overhead:
-        replayer = _pooled_replayer(name, gm, exported, kind, options, pool or CapturePool())
         if kind == "forward":
             saved_inputs = _saved_inputs(exported, user_outputs_of(kind))
+        replayer = _pooled_replayer(name, gm, exported, kind, options, pool or CapturePool(),
+                                    saved_inputs[1])
         dump.note("CUDA graph: captured and replayed (mode reduce-overhead)")
     elif on_cuda and kind == "inference" and options.cuda_graphs:
         blocker = capture_blocker(gm) or ("symbolic sizes" if exported.binder else "")
@@ -488,7 +489,8 @@ def _saved_inputs(exported: ExportedGraph,
 
 
 def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kind: str,
-                     options: CoilOptions, pool: CapturePool) -> Callable[[Callable], Any]:
+                     options: CoilOptions, pool: CapturePool,
+                     saved_args: tuple[int, ...]) -> Callable[[Callable], Any]:
     """mode="reduce-overhead": the PooledReplayer of one graph, given its run function."""
     static_args = static_inputs_of(gm, kind)
     n_inputs = len(exported.input_indices)
@@ -508,7 +510,7 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
                  for n in gm.graph.nodes)
     return lambda run: PooledReplayer(
         name, run, pool, kind, frozenset(in_place), None if clone is None else frozenset(clone),
-        exported.mutated_inputs, random, options.cuda_graph_max_captures)
+        exported.mutated_inputs, random, options.cuda_graph_max_captures, saved_args)
 
 
 # ---------------------------------------------------------------------------------------------

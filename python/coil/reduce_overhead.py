@@ -72,7 +72,7 @@ class _Capture:
     pool's memory at each replay (a generation): weak references to those storages say whether
     anyone still holds one, and an overwritten generation can be marked stale."""
 
-    def __init__(self, graph, static_inputs, outputs, copied, order, clone, forward):
+    def __init__(self, graph, static_inputs, outputs, copied, order, clone, kind, saved_args):
         self.graph = graph
         self.static_inputs = static_inputs
         self.outputs = outputs  # the pool's tensors (never handed out themselves)
@@ -81,10 +81,12 @@ class _Capture:
         self.clone = clone  # output positions returned as copies (None: all)
         # A forward's outputs past the user's are consumed by its backward: once it ran, the
         # autograd context that still references them is spent.
-        self.forward = forward
+        self.kind = kind
+        self.forward = kind == "forward"
         self.out_meta = {j: _meta(t) for j, t in enumerate(outputs)
                          if clone is not None and j not in clone}
-        self.in_meta = {i: _meta(static_inputs[i]) for i in copied}
+        # The input copies a forward hands its backward (inputs it saves for it).
+        self.in_meta = {i: _meta(static_inputs[i]) for i in copied & set(saved_args)}
         self.live: list = []  # StorageWeakRef of the last generation's storages
         self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
         self.consumed = False
@@ -142,13 +144,19 @@ class CapturePool:
             self._handle = torch.cuda.graph_pool_handle()
         return self._handle
 
-    def add(self, graph, static_inputs, outputs, copied, clone, forward) -> _Capture:
-        c = _Capture(graph, static_inputs, outputs, copied, len(self.captures), clone, forward)
+    def add(self, graph, static_inputs, outputs, copied, clone, kind, saved_args) -> _Capture:
+        c = _Capture(graph, static_inputs, outputs, copied, len(self.captures), clone, kind,
+                     saved_args)
         self.captures.append(c)
         return c
 
-    def may_replay(self, c: _Capture) -> bool:
-        return not any(d.busy() for d in self.captures[c.order:])
+    def blocker(self, c: _Capture) -> str | None:
+        """Why c must not replay now (a capture from it on holds live values), or None."""
+        for d in self.captures[c.order:]:
+            if d.busy():
+                who = "itself" if d is c else f"capture {d.order} ({d.kind})"
+                return f"{who} has live outputs"
+        return None
 
     def handed_out(self, c: _Capture, refs: list) -> None:
         if not c.forward:
@@ -175,7 +183,8 @@ class PooledReplayer:
 
     def __init__(self, name: str, run: Callable[..., list], pool: CapturePool, kind: str,
                  in_place: frozenset[int], clone_outputs: frozenset[int] | None,
-                 mutated: Sequence[int], random: bool, max_captures: int):
+                 mutated: Sequence[int], random: bool, max_captures: int,
+                 saved_args: Sequence[int] = ()):
         self.name = name
         self.run = run
         self.pool = pool
@@ -185,6 +194,8 @@ class PooledReplayer:
         self.mutated = tuple(mutated)
         self.random = random
         self.max_captures = max_captures
+        # Input positions a forward saves for its backward (handed out as the copies).
+        self.saved_args = tuple(saved_args)
         self.captures: dict[tuple, list[_Capture]] = {}
         self.num_captures = 0
         self.seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
@@ -192,6 +203,9 @@ class PooledReplayer:
         self.replays = 0
         self._seed: torch.Tensor | None = None
         self._saved: dict[int, torch.Tensor] = {}  # the last replay's input copies, handed out
+        # What each call did ("replay", "capture", "first call of a key", "busy: ...",
+        # "cap reached"): for the debug dump and tests.
+        self.events: collections.Counter[str] = collections.Counter()
 
     def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
         self._saved = {}
@@ -205,9 +219,13 @@ class PooledReplayer:
             return self.run(list(inputs))
         key = self._key(inputs, extra)
         for c in self.captures.get(key, ()):
-            if self.pool.may_replay(c):
+            blocker = self.pool.blocker(c)
+            if blocker is None:
+                self.events["replay"] += 1
                 return self._replay(c, inputs)
+            self.events[f"busy: {blocker}"] += 1
         if key not in self.captures and key not in self.seen:
+            self.events["first call of a key"] += 1
             # The first call of these sizes runs ordinarily: it tunes the kernels' launches,
             # which a capture cannot time.
             self.seen[key] = None
@@ -215,7 +233,9 @@ class PooledReplayer:
                 self.seen.popitem(last=False)
             return self.run(list(inputs))
         if self.num_captures >= self.max_captures:
+            self.events["cap reached"] += 1
             return self.run(list(inputs))
+        self.events["capture"] += 1
         c = self._capture(inputs)
         if c is None:
             return self.run(list(inputs))
@@ -226,7 +246,8 @@ class PooledReplayer:
         """After a replay: the input copies at these input positions. A forward saves some
         inputs for its backward (a linear layer's input); handing the backward the copy, whose
         address stays put, lets the backward's capture be replayed too."""
-        return {i: self._saved[i] for i in positions if i in self._saved}
+        saved, self._saved = self._saved, {}  # held only by whoever takes them
+        return {i: saved[i] for i in positions if i in saved}
 
     @property
     def last(self) -> bool:
@@ -268,8 +289,8 @@ class PooledReplayer:
             log.info("coil: %s runs without a CUDA graph: %s", self.name, self.disabled)
             torch.cuda.synchronize()
             return None
-        c = self.pool.add(graph, static, list(outs), copied, self.clone_outputs,
-                          self.kind == "forward")
+        c = self.pool.add(graph, static, list(outs), copied, self.clone_outputs, self.kind,
+                          self.saved_args)
         del outs
         log.debug("coil: %s captured (capture %d of the graph, %d in the pool)", self.name,
                   self.num_captures, len(self.pool.captures))
