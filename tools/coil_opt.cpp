@@ -1,10 +1,12 @@
 // coil-opt: parse a text graph, verify it, run graph passes (src/passes), print the result — or,
-// with --emit=cuda / --emit=cpp, the kernels the backend generates for it (lowered and
-// scheduled as compile_graph does, prelude left out), so a kernel can be read without a GPU;
+// with --emit=BACKEND (cuda, cpu or cpp, portable: a name of src/runtime/backends.cpp), the
+// kernels that backend generates for it (lowered and scheduled with its policy, as
+// compile_graph does; prelude left out), so a kernel can be read without a GPU;
 // --emit=fusion, the scheduler's fusion log (every fusion taken or refused, with the reason)
 // and schedule.
 //
-//   coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify] [--emit=cuda|cpp|fusion]
+//   coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify]
+//            [--emit=cuda|cpp|portable|fusion]
 //
 // The passes run in the order given (any sequence, repeats allowed). The graph is printed after
 // each pass that changed it, under a "# after <pass>" line (a comment: a single printout parses
@@ -38,7 +40,7 @@ namespace {
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
   std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify] "
-               "[--emit=cuda|cpp|fusion]\n"
+               "[--emit=cuda|cpp|portable|fusion]\n"
                "passes:\n";
   const coil::passes::PassRegistry registry = coil::passes::builtin_passes();
   for (const auto& e : registry.entries())
