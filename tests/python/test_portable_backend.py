@@ -17,7 +17,9 @@ C = pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is no
 import coil  # noqa: E402, F401  (registers the "coil" backend)
 import models as zoo  # noqa: E402  (bench/models.py, on sys.path via conftest)
 
-TOL = dict(rtol=1.3e-4, atol=1e-5)  # test_models.py's float32 tolerances
+# test_models.py's tolerances
+TOLS = {torch.float32: dict(rtol=1.3e-4, atol=1e-5), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
+TOL = TOLS[torch.float32]
 
 
 def _compile(model, debug_dir: Path, **options):
@@ -44,9 +46,16 @@ def _assert_portable(debug_dir: Path) -> int:
     return kernels
 
 
-def _check(name: str, debug_dir: Path, **options):
+def _close(got, want, dtype, what):
+    torch.testing.assert_close(got.float(), want.float(), **TOLS[dtype],
+                               msg=lambda m: f"{what}: {m}")
+
+
+def _check(name: str, debug_dir: Path, dtype=torch.float32, **options):
     builder, trains = zoo.MODELS[name]
     model, inputs = builder("test")
+    if dtype == torch.bfloat16:
+        model, inputs = zoo.to_bf16(model, inputs)
     reference = copy.deepcopy(model)
     compiled = _compile(model, debug_dir, **options)
     if trains:
@@ -54,19 +63,18 @@ def _check(name: str, debug_dir: Path, **options):
         loss.backward()
         ref_loss = reference(*inputs)
         ref_loss.backward()
-        torch.testing.assert_close(loss, ref_loss, **TOL, msg=lambda m: f"{name} loss: {m}")
+        _close(loss, ref_loss, dtype, f"{name} loss")
         for (pname, p), q in zip(model.named_parameters(), reference.parameters()):
             assert p.grad is not None, f"{name}: no gradient for {pname}"
-            torch.testing.assert_close(p.grad, q.grad, **TOL,
-                                       msg=lambda m: f"{name} grad of {pname}: {m}")
+            _close(p.grad, q.grad, dtype, f"{name} grad of {pname}")
     else:
         with torch.no_grad():
             out = compiled(*inputs)
             ref = reference(*inputs)
-        torch.testing.assert_close(out, ref, **TOL, msg=lambda m: f"{name} output: {m}")
+        _close(out, ref, dtype, f"{name} output")
     for (bname, b), rb in zip(model.named_buffers(), reference.buffers()):
         if b.is_floating_point():
-            torch.testing.assert_close(b, rb, **TOL, msg=lambda m: f"{name} buffer {bname}: {m}")
+            _close(b, rb, dtype, f"{name} buffer {bname}")
         else:
             assert torch.equal(b, rb), f"{name} buffer {bname}"
     assert _assert_portable(debug_dir) > 0
@@ -75,6 +83,12 @@ def _check(name: str, debug_dir: Path, **options):
 @pytest.mark.parametrize("name", list(zoo.MODELS))
 def test_model_set_on_portable_backend(name, tmp_path):
     _check(name, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "gpt2", "resnet18_eval"])
+def test_bfloat16_models_on_portable_backend(name, tmp_path):
+    # bf16 loads widen to float and stores round back in the portable kernels too.
+    _check(name, tmp_path, torch.bfloat16)
 
 
 def test_portable_backend_with_library_kernels(tmp_path):
