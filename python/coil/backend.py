@@ -521,6 +521,20 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
 KNOWN_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def _load_installed_plugins(strict: bool) -> None:
+    """Plugins that installed packages name in the `coil.plugins` entry point group, loaded on
+    the first compile (plugin.py). One that fails to load is reported once and left out
+    (strict: an error), as any compiler fault: the user's program goes on."""
+    from .plugin import PluginError, load_entry_point_plugins
+
+    try:
+        load_entry_point_plugins()
+    except (PluginError, ImportError, OSError) as e:
+        if strict:
+            raise
+        _warn_once(f"a coil plugin was not loaded: {_one_line(e)}")
+
+
 def mode_options(mode: str | None) -> dict[str, Any]:
     """The options a torch.compile mode stands for; ValueError for an unknown mode.
       default: CUDA inference graphs replay a CUDA graph where that measured faster.
@@ -552,6 +566,7 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     if kwargs:
         log.warning("coil: ignoring unknown backend arguments %s", sorted(kwargs))
     opts = build_options({**mode_options(mode), **(options or {})})
+    _load_installed_plugins(opts.strict)
 
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         from torch._dynamo.utils import flatten_graph_inputs

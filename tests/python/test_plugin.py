@@ -256,3 +256,30 @@ def test_entry_point_group(plugin_lib, tmp_path):
         assert [p.name for p in coil.loaded_plugins()] == ["coil_example"]
         print("ok")
     """, tmp_path)
+
+
+def test_broken_entry_point_plugin_does_not_stop_compiling(tmp_path):
+    """The first compile loads the `coil.plugins` entry points; one that names a missing file
+    is reported once as a warning, and the model still compiles (strict makes it an error)."""
+    site = tmp_path / "site"
+    dist = site / "coil_broken_pkg-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: coil-broken-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[coil.plugins]\nbroken = coil_broken_pkg:plugin_path\n")
+    (site / "coil_broken_pkg.py").write_text(
+        "def plugin_path():\n    return '/nonexistent/libbroken.so'\n")
+    run_isolated(r"""
+        import sys, warnings
+        sys.path.insert(0, "site")
+        import torch
+
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            f = torch.compile(lambda x: torch.tanh(x) * 2, backend="coil")
+            x = torch.randn(17)
+            torch.testing.assert_close(f(x), torch.tanh(x) * 2)
+        assert any("plugin was not loaded" in str(w.message) and "broken" in str(w.message)
+                   for w in seen), [str(w.message) for w in seen]
+        print("ok")
+    """, tmp_path)
