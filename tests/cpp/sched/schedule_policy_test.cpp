@@ -1,0 +1,66 @@
+// Scheduling reads the backend's SchedulePolicy, not the buffers' device: the same CPU program
+// fuses differently under another policy.
+#include <gtest/gtest.h>
+
+#include "../test_policies.h"
+#include "coil/sched/schedule.h"
+#include "test_programs.h"
+
+namespace coil::testing {
+namespace {
+
+// n independent tiny nodes (out_i = in_i + 1), CPU buffers.
+void build_tiny_nodes(ProgramBuilder& b, int n) {
+  const DType f = DType::Float32;
+  for (int i = 0; i < n; ++i) {
+    auto in = b.input(f, {b.c(1)});
+    auto out = b.buffer(f, {b.c(1)});
+    b.node(out, {b.c(1)}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& idx, auto&) {
+      return bb.op(InstrKind::Add, f, bb.load(in, f, {idx[0]}), bb.constant(1.0, f));
+    });
+    b.p.outputs.push_back(out);
+  }
+}
+
+TEST(SchedulePolicy, JoiningSmallKernelsIsThePolicysChoice) {
+  ProgramBuilder b;
+  build_tiny_nodes(b, 4);
+  const CompileOptions o;
+  EXPECT_EQ(sched::schedule_program(b.p, o, backend::cpu::cpu_policy()).kernels.size(), 4u);
+  backend::TargetPolicy launches_cost;
+  launches_cost.schedule.join_small_kernels = true;
+  const sched::Schedule s = sched::schedule_program(b.p, o, launches_cost);
+  EXPECT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("one launch"), std::string::npos) << s.fusion_log;
+}
+
+// x / rowsum(x) stored column-major, fused under the row sums: under the CPU policy the
+// kernel's inner loop (over columns) would store at stride 64 while the unit-stride dim is its
+// outer one, so the division starts a kernel of its own; a policy without that rule (the GPU's)
+// fuses it.
+TEST(SchedulePolicy, UnitStrideInnerLoopsIsThePolicysChoice) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  auto x = b.input(f, {b.c(64), b.c(32)});
+  auto rowsum = b.buffer(f, {b.c(64), b.c(1)});
+  b.node(rowsum, {b.c(64)}, {nullptr, b.ctx().zero()}, ReduceKind::Sum, {b.c(32)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.load(x, f, {i[0], r[0]});
+         });
+  auto out = b.buffer(f, {b.c(64), b.c(32)});
+  b.p.buffers[out].strides = {b.c(1), b.c(64)};  // column-major
+  b.node(out, {b.c(64), b.c(32)}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           return bb.op(InstrKind::Div, f, bb.load(x, f, {i[0], i[1]}),
+                        bb.load(rowsum, f, {i[0], b.ctx().zero()}));
+         });
+  b.p.outputs = {out};
+  const CompileOptions o;
+  const sched::Schedule cpu = sched::schedule_program(b.p, o, backend::cpu::cpu_policy());
+  const sched::Schedule gpu = sched::schedule_program(b.p, o, backend::cuda::cuda_policy());
+  EXPECT_EQ(cpu.kernels.size(), 2u) << cpu.fusion_log;
+  EXPECT_EQ(gpu.kernels.size(), 1u) << gpu.fusion_log;
+}
+
+}  // namespace
+}  // namespace coil::testing
