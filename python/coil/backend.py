@@ -42,7 +42,8 @@ from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .extending import functionalize_mutating_custom_ops
-from .fx_export import ExportedGraph, export_graph
+from .fx_export import export_graph
+from .graph_call import ExportedGraph
 from .node_fallback import run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
