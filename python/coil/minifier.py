@@ -791,10 +791,10 @@ def capture_graphs():
     with _capture_lock:
         real = backend.compile_aten_graph
 
-        def capturing(gm, example_inputs, options, kind="graph"):
+        def capturing(gm, example_inputs, options, kind="graph", *rest):
             entry = Captured(_copy_gm(gm), kind, options, list(example_inputs))
             captured.append(entry)
-            fn = real(gm, example_inputs, options, kind)
+            fn = real(gm, example_inputs, options, kind, *rest)
 
             def call(args):
                 if entry.inputs is None:
