@@ -37,7 +37,6 @@ import torch
 import torch.fx as fx
 
 from . import cuda as coil_cuda
-from .cse import eliminate_common_subexpressions
 from .cuda_graphs import GraphReplayer, capture_blocker
 from .debug import GraphDump
 from .decompositions import coil_decompositions
@@ -398,11 +397,6 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         t0 = time.perf_counter()
         for op in functionalize_mutating_custom_ops(gm):  # auto_functionalized -> a plain op
             dump.note(f"{op}: mutates its arguments; runs as coil_functional's copying twin")
-        merged = eliminate_common_subexpressions(gm) if options.cse else []
-        if merged:
-            counts = collections.Counter(merged)
-            dump.note(f"cse: {len(merged)} node(s) merged into identical earlier ones ("
-                      + ", ".join(f"{t} x{c}" for t, c in counts.most_common()) + ")")
         note = _relayout(gm, example_inputs, options, kind)
         if note:
             log.debug("coil: %s: %s", name, note)

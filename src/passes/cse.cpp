@@ -20,7 +20,7 @@ void key_of_expr(sym::Expr e, std::string& out) {
 }
 
 // Appends a text that is equal for two args iff they are the same argument: the type is part
-// of it (1, 1.0 and true differ, as in the Python pass, which keys on type and repr).
+// of it (1, 1.0 and true differ, as they do in the FX graph).
 void key_of_arg(const Arg& a, std::string& out) {
   struct Visitor {
     std::string& out;

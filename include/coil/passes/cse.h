@@ -1,4 +1,9 @@
-// cse: common-subexpression elimination on the graph IR, the C++ port of python/coil/cse.py.
+// cse: common-subexpression elimination on the graph IR. AOTAutograd runs CSE on the joint
+// graph, but the partitioner's recomputation can put identical nodes back into a backward graph
+// (two BatchNorms reading one gradient, a ResNet block's main branch and its downsample, each
+// sum it over N, H and W), and Dynamo's graphs repeat what the program computed twice. It is
+// the only CSE coil runs (it replaced python/coil/cse.py, an FX pass before export); the
+// Python option cse=False leaves it out of the pipeline (python/coil/options.py).
 //
 // Two nodes are identical when they apply the same op overload to the same arguments (the same
 // values, after earlier merges; equal constants of the same type: 1 and 1.0 and true differ;
@@ -7,9 +12,9 @@
 // merge in one pass. Never merged: random ops (two draws stay two), ops with side effects or
 // without outputs (op_effects.h). A removed node's output that is a graph output becomes an
 // aten.clone.default of the earlier node's output (appended at the end of the graph), so no
-// two graph outputs share storage (the Python pass does the same); where the clone would not
-// have the output's meta (strides that are not row-major, a storage offset) both nodes stay,
-// and so does a clone that is itself a graph output (merged, it would be a clone again).
+// two graph outputs share storage; where the clone would not have the output's meta (strides
+// that are not row-major, a storage offset) both nodes stay, and so does a clone that is itself
+// a graph output (merged, it would be a clone again).
 #pragma once
 
 #include <memory>
