@@ -117,7 +117,7 @@ class CoilOptions:
     # Graphs with convolutions run their activations channels-last (layout.py): inference and
     # training graphs, on every device.
     channels_last: bool = True
-    # Identical nodes of each graph are merged before export (cse.py).
+    # Identical nodes of each graph are merged (the C++ cse pass, src/passes/cse.cpp).
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
@@ -162,7 +162,7 @@ class CoilOptions:
         d["cache_dir"] = self.cache_dir
         d["debug_dir"] = str(graph_dump_dir) if graph_dump_dir else ""
         if not self.cse and "passes" not in d:
-            # cse off means no merging at all: neither the FX pass nor the C++ one (src/passes).
+            # cse off means no merging at all: the C++ pipeline runs dce alone (src/passes).
             d["passes"] = "dce"
         return d
 

@@ -7,7 +7,7 @@ Views are taken again in the backward, not saved. The default partition saves ev
 value the backward reads, views included: a linear layer's transposed weight `permute(w)`
 becomes a forward output of its own, although the backward could take the same view of `w`.
 Each such output costs a forward a tensor handed across the runtime boundary plus a view
-replayed on the input (fx_export.ExportedGraph._replay_view): 33 of them in a small BART's
+replayed on the input (graph_call.ExportedGraph._replay_view): 33 of them in a small BART's
 forward, ~8 us each. So a view chain whose base the backward gets anyway (a forward input,
 which the forward returns as it is, or a value the backward also reads directly) is cloned
 into the backward for its backward readers, and the base is saved instead. In the backward the

@@ -190,7 +190,7 @@ def test_saved_activation_with_other_strides_than_traced(real_coil):
     # forward returns the saved relu output dense, while AOTAutograd compiled the backward for
     # eager's permuted strides. The backward's run-time check raised InputMismatchError and the
     # graph ran eagerly for good; now such inputs are copied into the traced strides
-    # (fx_export.py: relayout_inputs) and coil runs the backward.
+    # (graph_call.py: relayout_inputs) and coil runs the backward.
     import coil
 
     def f(x):
@@ -227,7 +227,7 @@ def test_dynamic_view_output_of_expanded_input_gradient(real_coil):
     # output from the input; with symbolic sizes it cannot replay its recorded views and used
     # as_strided on coil's (base-less) output, whose backward on an expanded (self-overlapping)
     # input averages the gradient over the aliased elements. coil now rebuilds view outputs
-    # by running the FX view ops on the input (fx_export.py: _replay_view).
+    # by running the FX view ops on the input (graph_call.py: _replay_view).
     def f(x):
         return (torch.nn.functional.pad(x, (2, 1, 2, 0), value=1), x.reshape((6, 6, -1)))
 
