@@ -228,6 +228,8 @@ class Texts:
     source: str = ""
     runs: int = 0
     steps: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    # The graph after each pass that changed it: (pass name, graph text), in pipeline order.
+    pass_graphs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     live: bool = False
 
 
@@ -255,6 +257,7 @@ def _texts(rec: GraphRecord, live: Mapping[str, Any]) -> Texts:
             art = fn.compiled.artifacts
             for key in _DUMP_FILES:
                 setattr(t, key, str(art.get(key) or ""))
+            t.pass_graphs = [(str(p), str(g)) for p, g in art.get("pass_graphs") or []]
             runs, steps = fn.compiled.profile()
             t.runs, t.steps = int(runs), [(str(s), float(x)) for s, x in steps]
             t.live = True
@@ -267,7 +270,24 @@ def _texts(rec: GraphRecord, live: Mapping[str, Any]) -> Texts:
                 setattr(t, key, (Path(rec.dump_dir) / filename).read_text())
             except OSError:
                 pass
+        t.pass_graphs = _dumped_pass_graphs(Path(rec.dump_dir))
     return t
+
+
+_PASS_FILE = re.compile(r"^01b_(\d+)_after_(\w+)\.txt$")
+
+
+def _dumped_pass_graphs(folder: Path) -> list[tuple[str, str]]:
+    """The dump's 01b_<k>_after_<pass>.txt files, in pipeline order."""
+    found = []
+    try:
+        for f in folder.iterdir():
+            m = _PASS_FILE.match(f.name)
+            if m:
+                found.append((int(m.group(1)), m.group(2), f.read_text()))
+    except OSError:
+        return []
+    return [(name, text) for _, name, text in sorted(found)]
 
 
 @dataclasses.dataclass
@@ -587,7 +607,8 @@ def _graph_html(rec: GraphRecord, t: Texts, run_failed: str | None) -> str:
                            f'</td><td class="n">{share:.1f}%</td></tr>')
             out.append("</table></details>")
         for title, text in (("Schedule", t.schedule), ("Fusion log", t.fusion_log),
-                            ("Loop IR", t.loop_program), ("coil graph", t.input_graph)):
+                            ("Loop IR", t.loop_program), ("coil graph", t.input_graph),
+                            *((f"coil graph after pass {p}", g) for p, g in t.pass_graphs)):
             if text:
                 out.append(f"<details><summary>{_e(title)}</summary>{_pre(text)}</details>")
     out.append("</section>")

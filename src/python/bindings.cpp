@@ -323,6 +323,9 @@ nb::dict artifacts_dict(const runtime::CompileArtifacts& a) {
   d["num_kernels"] = a.num_kernels;
   d["cache_hit"] = a.cache_hit;
   d["warnings"] = a.warnings;
+  nb::list pass_graphs;
+  for (const auto& [pass, text] : a.pass_graphs) pass_graphs.append(nb::make_tuple(pass, text));
+  d["pass_graphs"] = pass_graphs;
   return d;
 }
 

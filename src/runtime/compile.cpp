@@ -117,17 +117,27 @@ Device graph_device(const Graph& graph) {
 }
 
 // The graph passes (src/passes, options.passes). Returns, for each node left, its position in
-// the graph as parsed (-1: added by a pass), the numbering the front end's per-op fallback uses;
-// with a debug dir, `dumps` gets 01b_<k>_after_<pass>.txt for the k-th pass if it changed it.
-std::vector<int> run_graph_passes(Graph& graph, const CompileOptions& options, PassDumps& dumps) {
+// the graph as parsed (-1: added by a pass), the numbering the front end's per-op fallback uses.
+// Each pass is a compile stage of its own in a.timings ("pass:cse"); with a debug dir, `dumps`
+// gets 01b_<k>_after_<pass>.txt and a.pass_graphs the text for the k-th pass if it changed it.
+std::vector<int> run_graph_passes(Graph& graph, const CompileOptions& options, PassDumps& dumps,
+                                  CompileArtifacts& a) {
   passes::NodeOrigins origins(graph);
   passes::PipelineOptions po;
   int k = 0;
+  auto t0 = std::chrono::steady_clock::now();
   po.after_pass = [&](const passes::Pass& p, bool changed, const Graph& g) {
     ++k;
-    if (changed && !options.debug_dir.empty())
+    const auto now = std::chrono::steady_clock::now();
+    a.timings.emplace_back("pass:" + std::string(p.name()),
+                           std::chrono::duration<double>(now - t0).count());
+    if (changed && !options.debug_dir.empty()) {
+      std::string text = print_graph(g);
+      a.pass_graphs.emplace_back(std::string(p.name()), text);
       dumps.emplace_back("01b_" + std::to_string(k) + "_after_" + std::string(p.name()) + ".txt",
-                         print_graph(g));
+                         std::move(text));
+    }
+    t0 = std::chrono::steady_clock::now();  // the dump's printing is not the pass's time
   };
   passes::build_pipeline(options).run(graph, options, po);
   return origins.positions(graph);
@@ -146,7 +156,7 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   std::unique_ptr<Graph> graph = time("parse", [&] { return parse_graph(graph_text, ctx); });
   time("verify", [&] { ops::verify_graph_meta(*graph); });
   a.input_graph = print_graph(*graph);
-  const std::vector<int> origin = run_graph_passes(*graph, options, pass_dumps);
+  const std::vector<int> origin = run_graph_passes(*graph, options, pass_dumps, a);
   // The backend that generates the code owns every device choice from here on: lowering
   // and scheduling read its policy, it emits and compiles the kernels, and its module says
   // which of the runtime's step runners runs them.

@@ -189,3 +189,28 @@ def test_fusion_boxes_from_texts():
     src = "// prelude\n// kernel0: outer [4]\nvoid k0() {}\n// kernel1: the same code\n"
     assert [n for n, _ in html_report.kernel_sources(src, ["kernel0", "kernel1"])] == [
         "common", "kernel0", "kernel1"]
+
+
+def test_report_shows_each_pass_and_its_time(real_coil, tmp_path):
+    """The graph after each pass that changed it (CompileArtifacts::pass_graphs, the dump's
+    01b_* files) and each pass's compile time appear in the page."""
+    def g(x, y):
+        return torch.exp(x) * y + torch.exp(x) * y  # the cse pass merges the repeat
+
+    dump = tmp_path / "dump"
+    torch._dynamo.reset()
+    cg = torch.compile(g, backend="coil", options={"debug_dir": str(dump)})
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    torch.testing.assert_close(cg(x, y), g(x, y))
+    text = coil.write_html_report(tmp_path / "page.html").read_text()
+    after = re.search(r"<details><summary>coil graph after pass cse</summary><pre>(.*?)</pre>",
+                      text, re.S)
+    assert after is not None
+    assert after.group(1).count("aten.exp.default") == 1  # merged: one exp left
+    assert "<td>pass:cse</td>" in text and "<td>pass:dce</td>" in text
+    # The same from the dump alone (a graph no longer alive): the 01b_* files.
+    (folder,) = [p for p in dump.iterdir() if p.is_dir() and "inference" in p.name]
+    from coil.html_report import _dumped_pass_graphs
+
+    passes = _dumped_pass_graphs(folder)
+    assert [p for p, _ in passes] == ["cse"] and passes[0][1].count("aten.exp.default") == 1

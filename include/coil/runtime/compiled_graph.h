@@ -71,6 +71,9 @@ struct CompileArtifacts {
   // Faults coil survived but the user should hear of (an unsafe or unwritable cache, an entry
   // evicted): one line each; the Python glue logs each distinct line once per process.
   std::vector<std::string> warnings;
+  // With a debug dir: the graph after each pass that changed it, (pass name, graph text), in
+  // pipeline order (the HTML report shows them; the dump has them as 01b_* files).
+  std::vector<std::pair<std::string, std::string>> pass_graphs;
 };
 
 class CompiledGraph {
