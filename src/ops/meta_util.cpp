@@ -221,4 +221,143 @@ TensorMeta make_contiguous(sym::Context& ctx, DType dtype, Device device,
   return m;
 }
 
+std::optional<Device> opt_device(const OpCall& c, size_t i, std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return std::nullopt;
+  const Device* d = std::get_if<Device>(&a->v);
+  COIL_USER_CHECK(d != nullptr) << c.op << ": " << name << " must be a device";
+  return *d;
+}
+
+std::vector<sym::Expr> size_list_arg(sym::Context& ctx, const OpCall& c, size_t i,
+                                     std::string_view name) {
+  const Arg* a = c.arg(i, name);
+  COIL_USER_CHECK(a != nullptr && !a->is_none()) << c.op << ": needs " << name;
+  std::vector<sym::Expr> out;
+  if (a->is_list()) {
+    for (const Arg& e : a->list()) out.push_back(size_arg(ctx, e));
+  } else {
+    out.push_back(size_arg(ctx, *a));
+  }
+  for (sym::Expr e : out) {
+    COIL_USER_CHECK(!(e->is_const() && e->value < 0))
+        << c.op << ": negative size " << e->value << " in " << name;
+  }
+  return out;
+}
+
+DType scalar_default_dtype(const Arg& a) {
+  if (a.is_bool()) return DType::Bool;
+  if (a.is_double()) return DType::Float32;
+  return DType::Int64;  // int or SymInt
+}
+
+MemoryFormat memory_format_arg(const OpCall& c, size_t i, std::string_view name,
+                               MemoryFormat dflt) {
+  const Arg* a = c.arg(i, name);
+  if (a == nullptr || a->is_none()) return dflt;
+  const auto* s = std::get_if<std::string>(&a->v);
+  COIL_USER_CHECK(s != nullptr) << c.op << ": " << name << " must be a memory format";
+  if (*s == "torch.preserve_format") return MemoryFormat::Preserve;
+  if (*s == "torch.contiguous_format") return MemoryFormat::Contiguous;
+  if (*s == "torch.channels_last") return MemoryFormat::ChannelsLast;
+  COIL_USER_CHECK(false) << c.op << ": unsupported memory format " << *s;
+  return dflt;
+}
+
+TensorMeta like_meta(sym::Context& ctx, const TensorMeta& in, DType dtype, Device device,
+                     MemoryFormat format) {
+  TensorMeta out;
+  out.dtype = dtype;
+  out.device = device;
+  out.sizes = in.sizes;
+  switch (format) {
+    case MemoryFormat::Preserve:
+      out.strides = preserve_format_strides(ctx, in);
+      break;
+    case MemoryFormat::Contiguous:
+      out.strides = contiguous_strides(ctx, in.sizes);
+      break;
+    case MemoryFormat::ChannelsLast:
+      out.strides = make_like_format(ctx, dtype, device, in.sizes, true).strides;
+      break;
+  }
+  return out;
+}
+
+bool strides_like_channels_last(sym::Context& ctx, const TensorMeta& m) {
+  const int64_t n = m.rank();
+  if ((n != 4 && n != 5) || static_cast<int64_t>(m.strides.size()) != n) return false;
+  // PyTorch's dim_order: C first, then the spatial dims innermost-first, then N.
+  std::vector<int64_t> order =
+      n == 4 ? std::vector<int64_t>{1, 3, 2, 0} : std::vector<int64_t>{1, 4, 3, 2, 0};
+  if (!ctx.provably_lt(ctx.zero(), m.strides[1])) return false;  // strides[1] == 0 (or unknown)
+  sym::Expr min = ctx.zero();
+  for (int64_t d : order) {
+    if (!ctx.provably_lt(ctx.zero(), m.sizes[d])) return false;  // an empty dim
+    if (!ctx.provably_le(min, m.strides[d])) return false;
+    if (d == 0 && ctx.provably_eq(min, m.strides[1])) return false;
+    min = ctx.mul(m.strides[d], m.sizes[d]);
+  }
+  return true;
+}
+
+namespace {
+
+// channels_last / channels_last_3d strides (row-major for other ranks).
+std::vector<sym::Expr> channels_last_nd_strides(sym::Context& ctx,
+                                                const std::vector<sym::Expr>& sizes) {
+  const size_t n = sizes.size();
+  if (n != 4 && n != 5) return contiguous_strides(ctx, sizes);
+  std::vector<size_t> order = {1};  // fastest first
+  for (size_t d = n - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  std::vector<sym::Expr> out(n);
+  sym::Expr s = ctx.one();
+  for (size_t d : order) {
+    out[d] = s;
+    s = ctx.mul(s, sizes[d]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorMeta make_like_format(sym::Context& ctx, DType dtype, Device device,
+                            std::vector<sym::Expr> sizes, bool channels_last) {
+  TensorMeta m = make_contiguous(ctx, dtype, device, std::move(sizes));
+  if (channels_last) m.strides = channels_last_nd_strides(ctx, m.sizes);
+  return m;
+}
+
+bool non_overlapping_and_dense(sym::Context& ctx, const TensorMeta& m) {
+  const int64_t n = m.rank();
+  if (static_cast<int64_t>(m.strides.size()) != n) return false;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < n; ++d) {
+    if (ctx.provably_le(m.sizes[d], ctx.one())) continue;  // size 0 or 1: stride unused
+    dims.push_back(d);
+  }
+  // Sort by stride (a stable insertion sort; an undecidable order fails the check).
+  for (size_t i = 1; i < dims.size(); ++i) {
+    for (size_t j = i; j > 0; --j) {
+      sym::Expr a = m.strides[dims[j - 1]], b = m.strides[dims[j]];
+      if (ctx.provably_le(a, b)) break;
+      if (!ctx.provably_lt(b, a)) return false;
+      std::swap(dims[j - 1], dims[j]);
+    }
+  }
+  sym::Expr expected = ctx.one();
+  for (int64_t d : dims) {
+    if (!ctx.provably_eq(m.strides[d], expected)) return false;
+    expected = ctx.mul(expected, m.sizes[d]);
+  }
+  return true;
+}
+
+std::vector<sym::Expr> preserve_format_strides(sym::Context& ctx, const TensorMeta& m) {
+  if (non_overlapping_and_dense(ctx, m)) return m.strides;
+  return pointwise_strides(ctx, m.sizes, {&m});
+}
+
 }  // namespace coil::ops

@@ -134,14 +134,6 @@ std::vector<TensorMeta> convert_element_type_meta(sym::Context& ctx, const OpCal
   return {like(ctx, in, *dtype, in.device)};
 }
 
-std::optional<Device> opt_device(const OpCall& c, size_t i, std::string_view name) {
-  const Arg* a = c.arg(i, name);
-  if (a == nullptr || a->is_none()) return std::nullopt;
-  const Device* d = std::get_if<Device>(&a->v);
-  COIL_USER_CHECK(d != nullptr) << c.op << ": " << name << " must be a device";
-  return *d;
-}
-
 // aten._to_copy.default(self, *, dtype=None, layout=None, device=None, pin_memory=None,
 //                       non_blocking=False, memory_format=None)
 std::vector<TensorMeta> to_copy_meta(sym::Context& ctx, const OpCall& c) {
@@ -155,6 +147,46 @@ std::vector<TensorMeta> to_copy_meta(sym::Context& ctx, const OpCall& c) {
 std::vector<TensorMeta> clone_meta(sym::Context& ctx, const OpCall& c) {
   const TensorMeta& in = tensor_arg(c, 0, "self");
   return {like(ctx, in, in.dtype, in.device)};
+}
+
+// aten.threshold.default(self, threshold, value): TensorIterator over self alone (the scalars
+// are not operands), so the result keeps self's dtype: threshold(i32, 1.5, 2.5) is i32.
+std::vector<TensorMeta> threshold_meta(sym::Context& ctx, const OpCall& c) {
+  return pointwise_impl(ctx, c, DTypeRule::Promote, 1, kOperandNames);
+}
+
+// aten.masked_fill.Scalar/Tensor(self, mask, value): self's dtype (the value is cast to it),
+// broadcast with the mask, and a row-major result whatever the inputs' layouts (ATen's
+// masked_fill clones the expanded self with MemoryFormat::Contiguous; FakeTensor agrees).
+std::vector<TensorMeta> masked_fill_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& self = tensor_arg(c, 0, "self");
+  const TensorMeta& mask = tensor_arg(c, 1, "mask");
+  COIL_USER_CHECK(mask.dtype == DType::Bool) << c.op << ": mask must be a bool tensor";
+  const Arg* v = c.arg(2, "value");
+  COIL_USER_CHECK(v != nullptr) << c.op << ": needs a value";
+  if (v->is_value()) {
+    COIL_USER_CHECK(v->value()->meta().rank() == 0)
+        << c.op << ": value must be a 0-dimensional tensor";
+  }
+  return {make_contiguous(ctx, self.dtype, self.device,
+                          broadcast_shapes(ctx, {self.sizes, mask.sizes}))};
+}
+
+// aten._softmax.default(self, dim, half_to_float): a row-major result (softmax's structured
+// meta allocates it without strides); half_to_float gives f32 for f16/bf16 inputs.
+std::vector<TensorMeta> softmax_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& self = tensor_arg(c, 0, "self");
+  auto dim = opt_int(c, 1, "dim");
+  COIL_USER_CHECK(dim.has_value()) << c.op << ": needs a dim";
+  wrap_dim(*dim, self.rank());
+  bool half_to_float = bool_arg(c, 2, "half_to_float", false);
+  DType dtype = self.dtype;
+  if (half_to_float) {
+    COIL_USER_CHECK(dtype == DType::Float16 || dtype == DType::BFloat16)
+        << c.op << ": half_to_float needs a f16/bf16 input";
+    dtype = DType::Float32;
+  }
+  return {make_contiguous(ctx, dtype, self.device, self.sizes)};
 }
 
 constexpr auto kPromote1 = pointwise<DTypeRule::Promote, 1>;
@@ -231,6 +263,25 @@ void register_pointwise_ops(OpRegistry& r) {
   add("prims.convert_element_type.default", convert_element_type_meta);
   add("aten._to_copy.default", to_copy_meta);
   add("aten.clone.default", clone_meta);
+  // Shifts, clamp to a tensor bound, floor_divide, hypot: result_type of both operands
+  // (__lshift__.Scalar's Python number only counts through its category).
+  for (const char* op :
+       {"aten.__lshift__.Scalar", "aten.__rshift__.Scalar", "aten.bitwise_left_shift.Tensor",
+        "aten.bitwise_right_shift.Tensor", "aten.clamp_max.Tensor", "aten.clamp_min.Tensor",
+        "aten.floor_divide.default", "aten.hypot.default"}) {
+    add(op, kPromote2);
+  }
+  // copysign promotes integers to float (copysign(i32, -1) is f32).
+  add("aten.copysign.Tensor", kFloat2);
+  add("aten.copysign.Scalar", kFloat2);
+  add("aten.lgamma.default", kFloat1);
+  add("aten.threshold.default", threshold_meta);
+  // (grad_output, self, scalars...): the two tensors promote.
+  add("aten.hardtanh_backward.default", kPromote2);
+  add("aten.leaky_relu_backward.default", kPromote2);
+  add("aten.masked_fill.Scalar", masked_fill_meta);
+  add("aten.masked_fill.Tensor", masked_fill_meta);
+  add("aten._softmax.default", softmax_meta);
 }
 
 }  // namespace coil::ops

@@ -1,4 +1,6 @@
 // Meta functions of ops that move data into a fresh tensor of a new shape.
+#include <algorithm>
+
 #include "coil/ops/meta_util.h"
 #include "coil/support/error.h"
 
@@ -44,8 +46,52 @@ std::vector<TensorMeta> cat_meta(sym::Context& ctx, const OpCall& c) {
   return {make_contiguous(ctx, dtype, first.device, std::move(sizes))};
 }
 
+// aten.flip.default(self, dims) / prims.rev.default(a, dims): a fresh tensor laid out like the
+// input (empty_like with preserve_format: flip(x.t()) stays column-major).
+std::vector<TensorMeta> flip_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  auto dims = opt_int_list(c, 1, "dims");
+  COIL_USER_CHECK(dims.has_value()) << c.op << ": needs dims";
+  std::vector<bool> seen(std::max<int64_t>(in.rank(), 1), false);
+  for (int64_t d : *dims) {
+    int64_t w = wrap_dim(d, in.rank());
+    COIL_USER_CHECK(!seen[w]) << c.op << ": dim " << d << " appears more than once";
+    seen[w] = true;
+  }
+  return {like_meta(ctx, in, in.dtype, in.device)};
+}
+
+// aten.constant_pad_nd.default(self, pad, value=0): pad holds (before, after) pairs from the
+// last dim backwards (negative pads crop). The result is row-major, or channels-last when the
+// input suggests it (torch._refs.constant_pad_nd: suggest_memory_format).
+std::vector<TensorMeta> constant_pad_nd_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  const Arg* pad = c.arg(1, "pad");
+  COIL_USER_CHECK(pad && pad->is_list()) << c.op << ": needs a pad list";
+  const auto& items = pad->list();
+  COIL_USER_CHECK(items.size() % 2 == 0) << c.op << ": pad must have an even length";
+  COIL_USER_CHECK(static_cast<int64_t>(items.size() / 2) <= in.rank())
+      << c.op << ": pad has more dims than the input";
+  std::vector<sym::Expr> sizes = in.sizes;
+  for (size_t i = 0; i < items.size() / 2; ++i) {
+    size_t d = sizes.size() - 1 - i;
+    sizes[d] =
+        ctx.add(sizes[d], ctx.add(size_arg(ctx, items[2 * i]), size_arg(ctx, items[2 * i + 1])));
+    if (auto n = ctx.as_const(sizes[d])) {
+      COIL_USER_CHECK(*n >= 0) << c.op << ": padding gives dim " << d << " a negative size";
+    }
+  }
+  return {make_like_format(ctx, in.dtype, in.device, std::move(sizes),
+                           strides_like_channels_last(ctx, in))};
+}
+
 }  // namespace
 
-void register_shape_ops(OpRegistry& r) { r.add("aten.cat.default", OpFamily::Shape, cat_meta); }
+void register_shape_ops(OpRegistry& r) {
+  r.add("aten.cat.default", OpFamily::Shape, cat_meta);
+  r.add("aten.flip.default", OpFamily::Shape, flip_meta);
+  r.add("prims.rev.default", OpFamily::Shape, flip_meta);
+  r.add("aten.constant_pad_nd.default", OpFamily::Shape, constant_pad_nd_meta);
+}
 
 }  // namespace coil::ops

@@ -333,6 +333,101 @@ std::vector<TensorMeta> alias_meta(sym::Context& ctx, const OpCall& c) {
   return {view_of(in, in.sizes, in_strides(ctx, in), offset_of(ctx, in))};
 }
 
+// aten.reshape.default(self, shape): a view where view() would be one (PyTorch's reshape
+// tries computeStride first), else a row-major copy at offset 0 (clone + _unsafe_view).
+std::vector<TensorMeta> reshape_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  const Arg* size = c.arg(1, "shape");
+  COIL_USER_CHECK(size != nullptr) << c.op << ": needs a shape";
+  std::vector<sym::Expr> sizes = infer_view_sizes(ctx, c, *size, in);
+  if (is_contiguous(ctx, in) || ctx.as_const(numel(ctx, in.sizes)) == 0) {
+    std::vector<sym::Expr> strides = contiguous_strides(ctx, sizes);
+    return {view_of(in, std::move(sizes), std::move(strides), offset_of(ctx, in))};
+  }
+  if (auto st = compute_view_strides(ctx, in.sizes, in_strides(ctx, in), sizes)) {
+    return {view_of(in, std::move(sizes), std::move(*st), offset_of(ctx, in))};
+  }
+  std::vector<sym::Expr> strides = contiguous_strides(ctx, sizes);
+  return {view_of(in, std::move(sizes), std::move(strides), ctx.zero())};
+}
+
+// Views of consecutive pieces of `dim` (split, split_with_sizes): each is a slice with the
+// input's strides, offset by the sizes before it.
+std::vector<TensorMeta> pieces(sym::Context& ctx, const TensorMeta& in, int64_t dim,
+                               const std::vector<sym::Expr>& lens) {
+  auto st = in_strides(ctx, in);
+  std::vector<TensorMeta> out;
+  sym::Expr start = ctx.zero();
+  for (sym::Expr len : lens) {
+    std::vector<sym::Expr> sizes = in.sizes;
+    sizes[dim] = len;
+    out.push_back(
+        view_of(in, std::move(sizes), st, ctx.add(offset_of(ctx, in), ctx.mul(start, st[dim]))));
+    start = ctx.add(start, len);
+  }
+  return out;
+}
+
+// aten.split.Tensor(self, split_size, dim=0): ceil(size / split_size) pieces (at least one,
+// so an empty dim gives one empty piece), the last one shorter.
+std::vector<TensorMeta> split_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  COIL_USER_CHECK(in.rank() > 0) << c.op << ": cannot split a 0-dim tensor";
+  const Arg* sa = c.arg(1, "split_size");
+  COIL_USER_CHECK(sa != nullptr) << c.op << ": needs a split_size";
+  sym::Expr split = size_arg(ctx, *sa);
+  int64_t dim = wrap_dim(opt_int(c, 2, "dim").value_or(0), in.rank());
+  sym::Expr size = in.sizes[dim];
+  std::vector<sym::Expr> lens;
+  if (ctx.provably_le(size, split)) {
+    lens.push_back(size);
+  } else {
+    COIL_USER_CHECK(ctx.as_const(split) != 0) << c.op << ": split_size 0 only splits an empty dim";
+    // The number of pieces must be known: constant sizes, or a size that is a known multiple
+    // of the split size (plus a known remainder).
+    auto q = ctx.as_const(ctx.floordiv(size, split));
+    auto r = ctx.as_const(ctx.mod(size, split));
+    COIL_USER_CHECK(q && r) << c.op << ": the number of pieces depends on a symbolic size";
+    for (int64_t i = 0; i < *q; ++i) lens.push_back(split);
+    if (*r > 0) lens.push_back(ctx.constant(*r));
+  }
+  return pieces(ctx, in, dim, lens);
+}
+
+// aten.split_with_sizes.default(self, split_sizes, dim=0): the sizes must add up to the dim.
+std::vector<TensorMeta> split_with_sizes_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  COIL_USER_CHECK(in.rank() > 0) << c.op << ": cannot split a 0-dim tensor";
+  const Arg* list = c.arg(1, "split_sizes");
+  COIL_USER_CHECK(list && list->is_list()) << c.op << ": needs a list of split sizes";
+  int64_t dim = wrap_dim(opt_int(c, 2, "dim").value_or(0), in.rank());
+  std::vector<sym::Expr> lens;
+  for (const Arg& a : list->list()) lens.push_back(size_arg(ctx, a));
+  auto total = ctx.as_const(ctx.sum(lens)), size = ctx.as_const(in.sizes[dim]);
+  COIL_USER_CHECK(!(total && size && *total != *size))
+      << c.op << ": split sizes add up to " << *total << ", the dim has " << *size;
+  return pieces(ctx, in, dim, lens);
+}
+
+// aten.unbind.int(self, dim=0): one select per index of a dim of constant size.
+std::vector<TensorMeta> unbind_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  COIL_USER_CHECK(in.rank() > 0) << c.op << ": cannot unbind a 0-dim tensor";
+  int64_t dim = wrap_dim(opt_int(c, 1, "dim").value_or(0), in.rank());
+  auto n = ctx.as_const(in.sizes[dim]);
+  COIL_USER_CHECK(n.has_value()) << c.op << ": the number of pieces depends on a symbolic size";
+  auto st = in_strides(ctx, in);
+  std::vector<sym::Expr> sizes = in.sizes, strides = st;
+  sizes.erase(sizes.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  std::vector<TensorMeta> out;
+  for (int64_t i = 0; i < *n; ++i) {
+    out.push_back(view_of(in, sizes, strides,
+                          ctx.add(offset_of(ctx, in), ctx.mul(ctx.constant(i), st[dim]))));
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_view_ops(OpRegistry& r) {
@@ -352,6 +447,10 @@ void register_view_ops(OpRegistry& r) {
   add("aten.as_strided.default", as_strided_meta);
   add("aten.alias.default", alias_meta);
   add("aten.detach.default", alias_meta);
+  add("aten.reshape.default", reshape_meta);
+  add("aten.split.Tensor", split_meta);
+  add("aten.split_with_sizes.default", split_with_sizes_meta);
+  add("aten.unbind.int", unbind_meta);
 }
 
 }  // namespace coil::ops

@@ -51,4 +51,40 @@ std::vector<sym::Expr> pointwise_strides(sym::Context& ctx, const std::vector<sy
 TensorMeta make_contiguous(sym::Context& ctx, DType dtype, Device device,
                            std::vector<sym::Expr> sizes);
 
+// Memory formats (PyTorch's suggest_memory_format / are_strides_like_channels_last): whether a
+// 4-D (5-D) tensor's strides look channels-last (channels-last-3d). Undecidable symbolic
+// comparisons count as "no", as PyTorch's guard_or_true does.
+bool strides_like_channels_last(sym::Context& ctx, const TensorMeta& m);
+// A fresh tensor of `sizes`, channels-last (4-d) or channels-last-3d (5-d; C fastest, then the
+// spatial dims innermost-first, then N) when `channels_last`, else row-major
+// (torch.empty(..., memory_format=suggest_memory_format(m)) with channels_last from
+// strides_like_channels_last(m)).
+TensorMeta make_like_format(sym::Context& ctx, DType dtype, Device device,
+                            std::vector<sym::Expr> sizes, bool channels_last);
+// PyTorch's is_non_overlapping_and_dense (size-0/1 dims ignored); false when undecidable.
+bool non_overlapping_and_dense(sym::Context& ctx, const TensorMeta& m);
+// Strides of torch.empty_like(m) / m.clone() (memory_format=preserve_format): m's own strides
+// when it is non-overlapping and dense, else dense strides in m's stride order.
+std::vector<sym::Expr> preserve_format_strides(sym::Context& ctx, const TensorMeta& m);
+
+// ---- Creation and layout helpers (factory ops, *_like ops, memory_format).
+
+// A device argument (nullopt when absent or None).
+std::optional<Device> opt_device(const OpCall& c, size_t i, std::string_view name);
+// A size list argument (ints and syms; a single int reads as a one-element list).
+std::vector<sym::Expr> size_list_arg(sym::Context& ctx, const OpCall& c, size_t i,
+                                     std::string_view name);
+// The dtype PyTorch's factories infer from a fill value when dtype= is absent (full,
+// full_like's value is cast instead): bool -> bool, int -> i64, float -> the default (f32).
+DType scalar_default_dtype(const Arg& a);
+
+enum class MemoryFormat { Preserve, Contiguous, ChannelsLast };
+// A memory_format argument ("torch.preserve_format", ... as the exporter writes it).
+MemoryFormat memory_format_arg(const OpCall& c, size_t i, std::string_view name, MemoryFormat dflt);
+
+// A fresh tensor shaped like `in` (empty_like and the *_like ops): preserve_format gives
+// preserve_format_strides(in), the other formats their own strides.
+TensorMeta like_meta(sym::Context& ctx, const TensorMeta& in, DType dtype, Device device,
+                     MemoryFormat format = MemoryFormat::Preserve);
+
 }  // namespace coil::ops
