@@ -240,22 +240,17 @@ class CoilGraphFn:
 
     def _call(self, args: list) -> list:
         ex = self.exported
-        # Tensors that require grad too, as they are: torch._C._to_dlpack (bindings.cpp)
-        # exports them, and coil never differentiates (a detach() each cost ~0.1 ms a call for
-        # a model's ~100 parameters).
-        inputs = [args[i] for i in ex.input_indices]
-        inputs.extend(ex.constants)
         env = None
         release = None
-        if self.consume and self.calls > 0 and isinstance(args, list):
-            release = InputRelease(args, self.args_for_outputs, inputs)
+        consume = self.consume and self.calls > 0 and isinstance(args, list)
         self.calls += 1
         try:
-            if ex.binder is not None:
-                # Symbolic sizes (sym_bind.py): this call's symbol values, carrier inputs.
-                env = ex.binder.env(args)
-                inputs.extend(ex.binder.carrier_tensors(env))
-                ex.call_env.env = env
+            # Tensors that require grad too, as they are: torch._C._to_dlpack (bindings.cpp)
+            # exports them, and coil never differentiates (a detach() each cost ~0.1 ms a call
+            # for a model's ~100 parameters). Symbolic sizes: carriers of the symbol values.
+            inputs, env = ex.runtime_inputs(args)
+            if consume:
+                release = InputRelease(args, self.args_for_outputs, inputs)
             if self.replayer is not None:
                 # Symbol values key the captures too (a SymInt argument is no tensor's size).
                 run = functools.partial(self.replayer,

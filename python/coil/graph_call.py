@@ -71,6 +71,19 @@ class ExportedGraph:
     # where an argument depends on the call (a symbolic size).
     view_plans: dict = dataclasses.field(default_factory=dict)
 
+    def runtime_inputs(self, args: Sequence[Any]) -> tuple[list, dict[str, int] | None]:
+        """One call's inputs of the compiled graph (the tensor args, the graph's constants and,
+        with symbolic sizes, the carriers of the symbol values) and the symbol values, which
+        are also left in call_env for the per-op fallback of this thread."""
+        inputs = [args[i] for i in self.input_indices]
+        inputs.extend(self.constants)
+        if self.binder is None:
+            return inputs, None
+        env = self.binder.env(args)
+        inputs.extend(self.binder.carrier_tensors(env))
+        self.call_env.env = env
+        return inputs, env
+
     def relayout_inputs(self, inputs: list, args: Sequence[Any],
                         env: dict[str, int] | None) -> list | None:
         """`inputs` with every graph input whose strides differ from the traced ones (size-1
