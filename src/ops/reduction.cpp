@@ -125,6 +125,48 @@ std::vector<TensorMeta> var_meta(sym::Context& ctx, const OpCall& c) {
   return out;
 }
 
+// The var/std family beyond var.correction / var_mean.correction (PyTorch's var, std, var_mean
+// and std_mean share one shape rule; std_mean returns (std, mean)). kKeepdim is keepdim's
+// position: keyword-only in the .correction overloads, positional 3 in .dim(self, dim,
+// unbiased=True, keepdim=False). Integer inputs are rejected as PyTorch does ("std and var only
+// support floating point and complex dtypes").
+template <int kOutputs, size_t kKeepdim>
+std::vector<TensorMeta> var_dim_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  COIL_USER_CHECK(dtype_is_floating(in.dtype))
+      << c.op << ": needs a floating input, got " << dtype_name(in.dtype);
+  auto mask = reduced_mask(in.rank(), opt_int_list(c, 1, "dim"));
+  TensorMeta m = reduced(ctx, in, mask, bool_arg(c, kKeepdim, "keepdim", false), in.dtype);
+  return std::vector<TensorMeta>(kOutputs, m);
+}
+
+// var.default / std.default / var_mean.default / std_mean.default(self, unbiased=True): all dims.
+template <int kOutputs>
+std::vector<TensorMeta> var_all_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "self");
+  COIL_USER_CHECK(dtype_is_floating(in.dtype))
+      << c.op << ": needs a floating input, got " << dtype_name(in.dtype);
+  TensorMeta m = reduced(ctx, in, reduced_mask(in.rank(), std::nullopt), false, in.dtype);
+  return std::vector<TensorMeta>(kOutputs, m);
+}
+
+// prims.sum.default / prims.prod.default(inp, dims, *, output_dtype=None): unlike aten's,
+// an empty dims list reduces nothing, dims must already be non-negative, and the result keeps
+// the input dtype (no i64 accumulation) unless output_dtype says otherwise (prims
+// _reduction_meta: contiguous result).
+std::vector<TensorMeta> prims_reduction_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "inp");
+  auto dims = opt_int_list(c, 1, "dims");
+  COIL_USER_CHECK(dims.has_value()) << c.op << ": needs a dims list";
+  std::vector<bool> mask(in.rank(), false);
+  for (int64_t d : *dims) {
+    COIL_USER_CHECK(d >= 0 && d < in.rank())
+        << c.op << ": dim " << d << " out of bounds for rank " << in.rank();
+    mask[d] = true;
+  }
+  return {reduced(ctx, in, mask, false, opt_dtype(c, 99, "output_dtype").value_or(in.dtype))};
+}
+
 // aten.any / all: bool results (uint8 inputs keep uint8, as in PyTorch).
 DType any_dtype(DType in) { return in == DType::UInt8 ? DType::UInt8 : DType::Bool; }
 
@@ -165,6 +207,20 @@ void register_reduction_ops(OpRegistry& r) {
   add("aten.var_mean.correction", var_meta<2>);
   add("aten.var.correction", var_meta<1>);
   add("aten.prod.dim_int", prod_dim_meta);
+  // prod.default(self, *, dtype=None) promotes integral inputs to i64 as sum.default does.
+  add("aten.prod.default", sum_all_meta);
+  add("prims.sum.default", prims_reduction_meta);
+  add("prims.prod.default", prims_reduction_meta);
+  add("aten.std.correction", var_meta<1>);
+  add("aten.std_mean.correction", var_meta<2>);
+  add("aten.var.dim", var_dim_meta<1, 3>);
+  add("aten.std.dim", var_dim_meta<1, 3>);
+  add("aten.var_mean.dim", var_dim_meta<2, 3>);
+  add("aten.std_mean.dim", var_dim_meta<2, 3>);
+  add("aten.var.default", var_all_meta<1>);
+  add("aten.std.default", var_all_meta<1>);
+  add("aten.var_mean.default", var_all_meta<2>);
+  add("aten.std_mean.default", var_all_meta<2>);
   for (const char* op : {"any", "all"}) {
     add("aten." + std::string(op) + ".dim", any_meta);
     add("aten." + std::string(op) + ".dims", any_meta);

@@ -54,6 +54,10 @@ const OpDef* OpRegistry::find(std::string_view name) const {
   return &*it;
 }
 
+// Index/scatter (index.cpp) and neural-network (nn.cpp) families.
+void register_index_ops(OpRegistry& r);
+void register_nn_ops(OpRegistry& r);
+
 namespace {
 
 OpRegistry builtin_ops() {
@@ -63,6 +67,8 @@ OpRegistry builtin_ops() {
   register_view_ops(r);
   register_linalg_ops(r);
   register_shape_ops(r);
+  register_index_ops(r);
+  register_nn_ops(r);
   return r;
 }
 

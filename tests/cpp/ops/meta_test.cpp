@@ -38,7 +38,8 @@ TEST(Registry, FindsOpsByOverloadName) {
   EXPECT_EQ(find_op("aten.cat.default")->family, OpFamily::Shape);
   EXPECT_NE(find_op("prims.convert_element_type.default"), nullptr);
   EXPECT_EQ(find_op("aten.add"), nullptr);
-  EXPECT_EQ(find_op("aten.convolution.default"), nullptr);
+  EXPECT_EQ(find_op("aten.convolution.default")->family, OpFamily::Other);
+  EXPECT_EQ(find_op("aten.nonexistent.default"), nullptr);
   const auto& ops = op_registry().ops();
   EXPECT_GT(ops.size(), 100u);
   for (size_t i = 1; i < ops.size(); ++i) EXPECT_LT(ops[i - 1].name, ops[i].name);
@@ -208,6 +209,232 @@ TEST(Registry, AddNodeInferred) {
   EXPECT_EQ(print_meta(ctx, t->output()->meta()), "f32[4, 3]{1, 4}");
   EXPECT_EQ(print_meta(ctx, s->output()->meta()), "f64[3]");
   EXPECT_THROW(add_node_inferred(g, "aten.nope.default", {x}), CompileError);
+}
+
+// ---- Index/scatter, reduction (var/std/prod/prims) and nn metas. Expected values are PyTorch
+// 2.13's FakeTensor results for the same calls (torch.empty_strided inputs).
+
+TEST(IndexMeta, AdvancedIndexingShapesAndLayout) {
+  // x[:, idx] with idx [3, 4]: B replaces dim 1 in place.
+  EXPECT_EQ(infer1("%0: f32[5, 6, 7], %1: i64[3, 4]", "aten.index.Tensor(%0, [None, %1])"),
+            "f32[5, 3, 4, 7]");
+  // Non-adjacent index tensors: B goes first.
+  EXPECT_EQ(
+      infer1("%0: f32[5, 6, 7], %1: i64[3], %2: i64[3]", "aten.index.Tensor(%0, [%1, None, %2])"),
+      "f32[3, 6]");
+  EXPECT_EQ(infer1("%0: f32[5, 6, 7], %1: i64[3, 1], %2: i32[4]",
+                   "aten._unsafe_index.Tensor(%0, [%1, %2])"),
+            "f32[3, 4, 7]");
+  // The result follows self's dim order (TensorIterator over self restrided to the result).
+  EXPECT_EQ(
+      infer1("%0: f32[5, 6, 7]{1, 5, 30}, %1: i64[3, 4]", "aten.index.Tensor(%0, [None, %1])"),
+      "f32[5, 3, 4, 7]{1, 20, 5, 60}");
+  EXPECT_EQ(infer1("%0: f32[6, 5]{1, 6}, %1: i64[4]", "aten.index.Tensor(%0, [%1])"), "f32[4, 5]");
+  // A mask index has a data-dependent shape.
+  EXPECT_THROW(infer("%0: f32[5, 6], %1: b8[5]", "aten.index.Tensor(%0, [%1])"), CompileError);
+  EXPECT_THROW(infer("%0: f32[5], %1: i64[2]", "aten.index.Tensor(%0, [%1, %1])"), CompileError);
+}
+
+TEST(IndexMeta, IndexPutGatherScatter) {
+  // index_put is empty_like(self): a dense self keeps its strides, an expanded one does not.
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[3], %2: f32[3, 6]",
+                   "aten.index_put.default(%0, [%1], %2)"),
+            "f32[5, 6]{1, 5}");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{0, 1}, %1: i64[3], %2: f32[3, 6]",
+                   "aten._unsafe_index_put.default(%0, [%1], %2, true)"),
+            "f32[5, 6]");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[3], %2: f32[3, 6]",
+                   "aten.index_put_.default(%0, [%1], %2)"),
+            "f32[5, 6]{1, 5}");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[4]", "aten.index_select.default(%0, 1, %1)"),
+            "f32[5, 4]");
+  EXPECT_EQ(infer1("%0: f32[5, 6], %1: i64[]", "aten.index_select.default(%0, -1, %1)"),
+            "f32[5, 1]");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[5, 2]", "aten.gather.default(%0, 1, %1)"),
+            "f32[5, 2]");
+  EXPECT_THROW(infer("%0: f32[5, 6], %1: i64[5]", "aten.gather.default(%0, 1, %1)"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[2, 6], %2: f32[2, 6]",
+                   "aten.scatter.src(%0, 0, %1, %2)"),
+            "f32[5, 6]");
+  EXPECT_EQ(infer1("%0: f64[5, 6], %1: i64[2, 6]", "aten.scatter.value(%0, 0, %1, 1.5)"),
+            "f64[5, 6]");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: i64[5, 2], %2: f32[5, 2]",
+                   "aten.scatter_add.default(%0, 1, %1, %2)"),
+            "f32[5, 6]");
+}
+
+TEST(IndexMeta, ScattersIntoSelfAndEmbedding) {
+  // clone_preserve_strides(self): strides and storage offset kept; an overlapping (expanded)
+  // self is cloned densely instead.
+  EXPECT_EQ(infer1("%0: f32[5, 6]{1, 5}, %1: f32[6]", "aten.select_scatter.default(%0, %1, 0, 2)"),
+            "f32[5, 6]{1, 5}");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{0, 1}, %1: f32[6]", "aten.select_scatter.default(%0, %1, 0, 2)"),
+            "f32[5, 6]");
+  EXPECT_EQ(infer1("%0: f32[5, 6]{7, 1}+3, %1: f32[5, 2]",
+                   "aten.slice_scatter.default(%0, %1, 1, 0, 4, 2)"),
+            "f32[5, 6]{7, 1}+3");
+  EXPECT_EQ(infer1("%0: f32[4, 4]{1, 4}, %1: f32[2, 2]",
+                   "aten.as_strided_scatter.default(%0, %1, [2, 2], [1, 4], 1)"),
+            "f32[4, 4]{1, 4}");
+  EXPECT_EQ(infer1("%0: f16[10, 8], %1: i64[3, 4]", "aten.embedding.default(%0, %1)"),
+            "f16[3, 4, 8]");
+  EXPECT_EQ(infer1("%0: f32[10, 8], %1: i64[]", "aten.embedding.default(%0, %1)"), "f32[8]");
+  EXPECT_EQ(infer1("%0: f32[3, 4, 8], %1: i64[3, 4]",
+                   "aten.embedding_dense_backward.default(%0, %1, 10, -1, false)"),
+            "f32[10, 8]");
+  EXPECT_EQ(infer1("%0: f32[s0, 8], %1: i64[s0]",
+                   "aten.embedding_dense_backward.default(%0, %1, sym(s1), -1, false)"),
+            "f32[s1, 8]");
+}
+
+TEST(ReductionMeta, VarStdProdAndPrims) {
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "aten.std.correction(%0, [1], correction=0, keepdim=true)"),
+            "f32[4, 1]");
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "aten.std.dim(%0, [0], true, true)"), "f32[1, 5]");
+  EXPECT_EQ(infer1("%0: f64[4, 5]", "aten.std.default(%0)"), "f64[]");
+  EXPECT_EQ(infer("%0: f32[4, 5]", "aten.std_mean.correction(%0, [0])"),
+            (Metas{"f32[5]", "f32[5]"}));
+  EXPECT_EQ(infer("%0: f32[4, 5]", "aten.std_mean.dim(%0, [1], false, true)"),
+            (Metas{"f32[4, 1]", "f32[4, 1]"}));
+  EXPECT_EQ(infer("%0: f32[4, 5]", "aten.std_mean.default(%0)"), (Metas{"f32[]", "f32[]"}));
+  EXPECT_EQ(infer1("%0: f32[4, 5, 6]", "aten.var.dim(%0, [0, 2])"), "f32[5]");
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "aten.var.default(%0)"), "f32[]");
+  EXPECT_EQ(infer("%0: f32[4, 5]", "aten.var_mean.dim(%0, None, true, true)"),
+            (Metas{"f32[1, 1]", "f32[1, 1]"}));
+  EXPECT_EQ(infer("%0: f16[4, 5]", "aten.var_mean.default(%0)"), (Metas{"f16[]", "f16[]"}));
+  EXPECT_THROW(infer("%0: i64[4, 5]", "aten.std.dim(%0, [0])"), CompileError);
+  EXPECT_EQ(infer1("%0: i32[4, 5]", "aten.prod.default(%0)"), "i64[]");
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "aten.prod.default(%0, dtype=dtype(f64))"), "f64[]");
+  // prims reductions keep the input dtype, and an empty dims list reduces nothing.
+  EXPECT_EQ(infer1("%0: i32[4, 5, 6]", "prims.sum.default(%0, [0, 2])"), "i32[5]");
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "prims.sum.default(%0, [1], output_dtype=dtype(f64))"),
+            "f64[4]");
+  EXPECT_EQ(infer1("%0: f32[4, 5]", "prims.prod.default(%0, [])"), "f32[4, 5]");
+  EXPECT_THROW(infer("%0: f32[4, 5]", "prims.sum.default(%0, [-1])"), CompileError);
+}
+
+TEST(NnMeta, Convolution) {
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 9, 9], %1: f32[8, 3, 3, 3], %2: f32[8]",
+             "aten.convolution.default(%0, %1, %2, [2, 2], [1, 1], [1, 1], false, [0, 0], 1)"),
+      "f32[2, 8, 5, 5]");
+  // A channels-last input or weight gives a channels-last output (CPU backends).
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 9, 9]{243, 1, 27, 3}, %1: f32[8, 3, 3, 3]",
+             "aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)"),
+      "f32[2, 8, 7, 7]{392, 1, 56, 8}");
+  EXPECT_EQ(
+      infer1("%0: f32[2, 4, 9, 9], %1: f32[8, 2, 3, 3]{18, 1, 6, 2}",
+             "aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [2, 2], false, [0, 0], 2)"),
+      "f32[2, 8, 5, 5]{200, 1, 40, 8}");
+  EXPECT_EQ(
+      infer1("%0: bf16[2, 3, 9, 9]{243, 1, 27, 3}, %1: bf16[8, 3, 3, 3]",
+             "aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)"),
+      "bf16[2, 8, 7, 7]{392, 1, 56, 8}");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 9], %1: f32[8, 3, 3]",
+                   "aten.convolution.default(%0, %1, None, [1], [1], [1], false, [0], 1)"),
+            "f32[2, 8, 9]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 5, 6, 7]{630, 1, 126, 21, 3}, %1: f32[4, 3, 1, 1, 1]",
+                   "aten.convolution.default(%0, %1, None, [1, 1, 1], [0, 0, 0], [1, 1, 1], "
+                   "false, [0, 0, 0], 1)"),
+            "f32[2, 4, 5, 6, 7]{840, 1, 168, 28, 4}");
+  EXPECT_EQ(
+      infer1("%0: f32[2, 8, 5, 5], %1: f32[8, 3, 3, 3]",
+             "aten.convolution.default(%0, %1, None, [2, 2], [1, 1], [1, 1], true, [1, 1], 1)"),
+      "f32[2, 3, 10, 10]");
+  // Symbolic sizes: FakeTensor skips the backend's layout choice (contiguous).
+  EXPECT_EQ(
+      infer1("%0: f32[s0, 3, 9, 9], %1: f32[8, 3, 3, 3]",
+             "aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)"),
+      "f32[s0, 8, 9, 9]");
+  EXPECT_THROW(
+      infer("%0: f32[2, 4, 9, 9], %1: f32[8, 3, 3, 3]",
+            "aten.convolution.default(%0, %1, None, [1, 1], [0, 0], [1, 1], false, [0, 0], 1)"),
+      CompileError);
+  EXPECT_EQ(
+      infer("%0: f32[2, 8, 5, 5], %1: f32[2, 3, 9, 9], %2: f32[8, 3, 3, 3]",
+            "aten.convolution_backward.default(%0, %1, %2, [8], [2, 2], [1, 1], [1, 1], false, "
+            "[0, 0], 1, [true, true, true])"),
+      (Metas{"f32[2, 3, 9, 9]", "f32[8, 3, 3, 3]", "f32[8]"}));
+  // Only the masked gradients are outputs; grad_weight follows the input's channels-last.
+  EXPECT_EQ(
+      infer("%0: f32[2, 8, 7, 7]{392, 1, 56, 8}, %1: f32[2, 3, 9, 9]{243, 1, 27, 3}, "
+            "%2: f32[8, 3, 3, 3]",
+            "aten.convolution_backward.default(%0, %1, %2, [8], [1, 1], [0, 0], [1, 1], false, "
+            "[0, 0], 1, [false, true, true])"),
+      (Metas{"f32[8, 3, 3, 3]{27, 1, 9, 3}", "f32[8]"}));
+}
+
+TEST(NnMeta, Pooling) {
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 9, 9]", "aten.avg_pool2d.default(%0, [3, 3], [2, 2], [1, 1], true)"),
+      "f32[2, 3, 5, 5]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 8, 8]{192, 1, 24, 3}", "aten.avg_pool2d.default(%0, [2, 2])"),
+            "f32[2, 3, 4, 4]{48, 1, 12, 3}");
+  EXPECT_EQ(infer1("%0: f32[3, 8, 7]", "aten.avg_pool2d.default(%0, [2, 2], [], [0, 0], true)"),
+            "f32[3, 4, 4]");
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 4, 4]{48, 1, 12, 3}, %1: f32[2, 3, 8, 8]{192, 1, 24, 3}",
+             "aten.avg_pool2d_backward.default(%0, %1, [2, 2], [], [0, 0], false, true, None)"),
+      "f32[2, 3, 8, 8]{192, 1, 24, 3}");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 9, 9]", "aten._adaptive_avg_pool2d.default(%0, [1, 1])"),
+            "f32[2, 3, 1, 1]");
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 9, 9]{243, 1, 27, 3}", "aten._adaptive_avg_pool2d.default(%0, [3, 2])"),
+      "f32[2, 3, 3, 2]{18, 1, 6, 3}");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 1, 1], %1: f32[2, 3, 9, 9]{243, 1, 27, 3}",
+                   "aten._adaptive_avg_pool2d_backward.default(%0, %1)"),
+            "f32[2, 3, 9, 9]{243, 1, 27, 3}");
+  EXPECT_EQ(infer("%0: f32[2, 3, 9, 9]",
+                  "aten.max_pool2d_with_indices.default(%0, [3, 3], [2, 2], [1, 1], [1, 1], true)"),
+            (Metas{"f32[2, 3, 5, 5]", "i64[2, 3, 5, 5]"}));
+  EXPECT_EQ(infer("%0: f32[2, 3, 8, 8]{192, 1, 24, 3}",
+                  "aten.max_pool2d_with_indices.default(%0, [2, 2])"),
+            (Metas{"f32[2, 3, 4, 4]{48, 1, 12, 3}", "i64[2, 3, 4, 4]{48, 1, 12, 3}"}));
+  EXPECT_EQ(infer("%0: f32[3, 10, 10]",
+                  "aten.max_pool2d_with_indices.default(%0, [3, 3], [1, 1], [0, 0], [2, 2])"),
+            (Metas{"f32[3, 6, 6]", "i64[3, 6, 6]"}));
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4, 4], %1: f32[2, 3, 8, 8], %2: i64[2, 3, 4, 4]",
+                   "aten.max_pool2d_with_indices_backward.default(%0, %1, [2, 2], [2, 2], [0, 0], "
+                   "[1, 1], false, %2)"),
+            "f32[2, 3, 8, 8]");
+  // Padding over half the kernel is rejected, as PyTorch does.
+  EXPECT_THROW(infer("%0: f32[2, 3, 8, 8]", "aten.avg_pool2d.default(%0, [2, 2], [2, 2], [2, 2])"),
+               CompileError);
+}
+
+TEST(NnMeta, FusedAttention) {
+  const std::string qkv =
+      "%0: bf16[2, 4, 40, 64]@cuda, %1: bf16[2, 4, 24, 64]@cuda, "
+      "%2: bf16[2, 4, 24, 32]@cuda";
+  // The memory-efficient kernel's output is a transposed [B, M, H, Kv] buffer; its logsumexp
+  // rounds M up to a multiple of 32; seed and offset are 0-d i64.
+  EXPECT_EQ(infer(qkv,
+                  "aten._scaled_dot_product_efficient_attention.default(%0, %1, %2, None, "
+                  "true, 0.0, true)"),
+            (Metas{"bf16[2, 4, 40, 32]{5120, 32, 128, 1}@cuda", "f32[2, 4, 64]@cuda", "i64[]@cuda",
+                   "i64[]@cuda"}));
+  EXPECT_EQ(infer(qkv + ", %3: bf16[2, 4, 40, 32]@cuda, %4: bf16[2, 4, 40, 24]@cuda, "
+                        "%5: bf16[2, 4, 40, 32]@cuda, %6: f32[2, 4, 64]@cuda, %7: i64[]@cuda",
+                  "aten._scaled_dot_product_efficient_attention_backward.default(%3, %0, %1, %2, "
+                  "%4, %5, %6, %7, %7, 0.0, [true, true, true, true])"),
+            (Metas{"bf16[2, 4, 40, 64]{10240, 64, 256, 1}@cuda",
+                   "bf16[2, 4, 24, 64]{6144, 64, 256, 1}@cuda",
+                   "bf16[2, 4, 24, 32]{3072, 32, 128, 1}@cuda",
+                   "bf16[2, 4, 40, 24]{5120, 1280, 32, 1}@cuda"}));
+  // cuDNN: the output follows the query's dim order.
+  EXPECT_EQ(infer("%0: bf16[2, 4, 40, 64]{10240, 64, 256, 1}@cuda, %1: bf16[2, 4, 24, 64]@cuda, "
+                  "%2: bf16[2, 4, 24, 32]@cuda",
+                  "aten._scaled_dot_product_cudnn_attention.default(%0, %1, %2, None, true)"),
+            (Metas{"bf16[2, 4, 40, 32]{5120, 32, 128, 1}@cuda", "f32[2, 4, 40, 1]@cuda",
+                   "i64[]@cuda", "i64[]@cuda"}));
+  EXPECT_EQ(infer("%0: bf16[2, 4, 40, 64]{10240, 64, 256, 1}@cuda, %1: bf16[2, 4, 24, 64]@cuda, "
+                  "%2: bf16[2, 4, 24, 32]@cuda, %3: bf16[2, 4, 40, 32]@cuda, "
+                  "%4: f32[2, 4, 40, 1]@cuda, %5: i64[]@cuda",
+                  "aten._scaled_dot_product_cudnn_attention_backward.default(%3, %0, %1, %2, %3, "
+                  "%4, %5, %5, None, None, None, 40, 24, 0.0, false)"),
+            (Metas{"bf16[2, 4, 40, 64]{10240, 64, 256, 1}@cuda", "bf16[2, 4, 24, 64]@cuda",
+                   "bf16[2, 4, 24, 32]@cuda"}));
 }
 
 }  // namespace
