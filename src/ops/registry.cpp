@@ -54,6 +54,9 @@ const OpDef* OpRegistry::find(std::string_view name) const {
   return &*it;
 }
 
+// The creation family (factories, *_like, fill, copy: src/ops/creation.cpp).
+void register_creation_ops(OpRegistry& r);
+
 // Index/scatter (index.cpp) and neural-network (nn.cpp) families.
 void register_index_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
@@ -69,6 +72,7 @@ OpRegistry builtin_ops() {
   register_shape_ops(r);
   register_index_ops(r);
   register_nn_ops(r);
+  register_creation_ops(r);
   return r;
 }
 

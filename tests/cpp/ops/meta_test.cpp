@@ -195,6 +195,194 @@ TEST(LinalgMeta, MatmulsAndCat) {
   EXPECT_THROW(infer("%0: f32[2, 3], %1: f32[2, 4]", "aten.cat.default([%0, %1])"), CompileError);
 }
 
+// ---- Creation, shape, view, linalg and pointwise metas (issue 28 item 2, "one op table").
+// Expected values are PyTorch 2.13's FakeTensor results for the same calls.
+
+TEST(CreationMeta, FactoriesAndDefaultDtypes) {
+  EXPECT_EQ(infer1("", "aten.arange.default(5)"), "i64[5]");
+  EXPECT_EQ(infer1("", "aten.arange.default(5.0)"), "f32[5]");
+  EXPECT_EQ(infer1("", "aten.arange.start(2, 7)"), "i64[5]");
+  EXPECT_EQ(infer1("", "aten.arange.start_step(0, 10, 3)"), "i64[4]");
+  EXPECT_EQ(infer1("", "aten.arange.start_step(10, 0, -3)"), "i64[4]");
+  EXPECT_EQ(infer1("", "aten.arange.start_step(0.0, 1.0, 0.3)"), "f32[4]");
+  // int64 results truncate float bounds first: arange(2.1, -2.9, -1.0, dtype=int64) ...
+  EXPECT_EQ(infer1("", "aten.arange.start_step(2.1, -2.9, -1.0, dtype=dtype(i64))"), "i64[4]");
+  // ... other dtypes take ceil((end - start) / step) in double.
+  EXPECT_EQ(infer1("", "aten.arange.start_step(2.1, -2.9, -1.0, dtype=dtype(i32))"), "i32[5]");
+  EXPECT_EQ(infer1("", "aten.arange.start(-3.5, 4, dtype=dtype(i32))"), "i32[8]");
+  EXPECT_EQ(infer1("", "aten.arange.default(4, dtype=dtype(f16), device=device(cuda))"),
+            "f16[4]@cuda");
+  EXPECT_EQ(infer1("%0: f32[s0]", "aten.arange.default(sym(s0))"), "i64[s0]");
+  EXPECT_EQ(infer1("%0: f32[s0]", "aten.arange.start(1, sym(s0))"), "i64[s0 - 1]");
+  EXPECT_THROW(infer("", "aten.arange.start_step(0, 10, -1)"), CompileError);
+  EXPECT_EQ(infer1("",
+                   "prims.iota.default(5, start=0, step=1, dtype=dtype(i64), "
+                   "device=device(cpu), requires_grad=false)"),
+            "i64[5]");
+  EXPECT_EQ(infer1("", "aten.empty.memory_format([2, 3], dtype=dtype(f16))"), "f16[2, 3]");
+  EXPECT_EQ(infer1("",
+                   "aten.empty.memory_format([2, 3, 4, 5], "
+                   "memory_format=\"torch.channels_last\")"),
+            "f32[2, 3, 4, 5]{60, 1, 15, 3}");
+  EXPECT_EQ(infer1("", "aten.empty_strided.default([2, 3], [1, 2])"), "f32[2, 3]{1, 2}");
+  // full infers the dtype from the fill value.
+  EXPECT_EQ(infer1("", "aten.full.default([2, 3], 2)"), "i64[2, 3]");
+  EXPECT_EQ(infer1("", "aten.full.default([2, 3], 2.5)"), "f32[2, 3]");
+  EXPECT_EQ(infer1("", "aten.full.default([2, 3], true)"), "b8[2, 3]");
+  EXPECT_EQ(infer1("", "aten.ones.default([2])"), "f32[2]");
+  EXPECT_EQ(infer1("", "aten.zeros.default([2], dtype=dtype(i32))"), "i32[2]");
+  EXPECT_EQ(infer1("%0: f32[s0]", "aten.zeros.default([sym(s0), 3])"), "f32[s0, 3]");
+  // scalar_tensor takes the default dtype whatever the number is.
+  EXPECT_EQ(infer1("", "aten.scalar_tensor.default(1)"), "f32[]");
+  EXPECT_EQ(infer1("", "aten.scalar_tensor.default(1.5, dtype=dtype(f64))"), "f64[]");
+  // new_*: the input's dtype and device, row-major.
+  EXPECT_EQ(infer1("%0: f16[3, 4]{1, 3}@cuda", "aten.new_empty.default(%0, [5, 2])"),
+            "f16[5, 2]@cuda");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.new_ones.default(%0, [5], dtype=dtype(i32))"),
+            "i32[5]");
+  EXPECT_EQ(infer1("%0: f32[4, 3]", "aten.new_zeros.default(%0, [2, 2])"), "f32[2, 2]");
+}
+
+TEST(CreationMeta, LikeOpsPreserveTheLayout) {
+  // torch.randn(4, 3).t(): dense, so its strides are kept.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.empty_like.default(%0)"), "f32[3, 4]{1, 3}");
+  // Not dense: dense strides in the input's stride order (x[:, ::2], x.t()[:, ::2]).
+  EXPECT_EQ(infer1("%0: f32[4, 3]{6, 2}", "aten.empty_like.default(%0)"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[4, 3]{1, 8}", "aten.empty_like.default(%0)"), "f32[4, 3]{1, 4}");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4, 3]{72, 1, 18, 6}", "aten.empty_like.default(%0)"),
+            "f32[2, 3, 4, 3]{36, 1, 9, 3}");
+  // torch.randn(4).expand(3, 4): broadcast dims do not vote.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{0, 1}", "aten.empty_like.default(%0)"), "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}",
+                   "aten.empty_like.default(%0, memory_format=\"torch.contiguous_format\")"),
+            "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.full_like.default(%0, 2.5)"), "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: i32[4, 3]", "aten.full_like.default(%0, 2.5)"), "i32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.ones_like.default(%0, dtype=dtype(f64))"),
+            "f64[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.zeros_like.default(%0)"), "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.rand_like.default(%0)"), "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.fill.Scalar(%0, 2)"), "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: i32[3, 4]{1, 3}, %1: f32[]", "aten.fill.Tensor(%0, %1)"),
+            "i32[3, 4]{1, 3}");
+  // lift_fresh_copy and bernoulli give row-major results.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.lift_fresh_copy.default(%0)"), "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.bernoulli.default(%0)"), "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.bernoulli.p(%0, 0.5)"), "f32[3, 4]");
+  // copy keeps self's strides and offset (clone_preserve_strides), unless self overlaps.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}, %1: f64[4]", "aten.copy.default(%0, %1)"),
+            "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[4, 4]{8, 2}+8, %1: f32[4]", "aten.copy.default(%0, %1)"),
+            "f32[4, 4]{8, 2}+8");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{0, 1}, %1: f32[3, 4]", "aten.copy.default(%0, %1)"), "f32[3, 4]");
+  EXPECT_THROW(infer("%0: f32[3, 4], %1: f32[3]", "aten.copy.default(%0, %1)"), CompileError);
+}
+
+TEST(ViewMeta, ReshapeSplitUnbind) {
+  // torch.randn(6, 4).t().reshape(4, 2, 3) is a view; .reshape(24) a row-major copy.
+  EXPECT_EQ(infer1("%0: f32[4, 6]{1, 4}", "aten.reshape.default(%0, [4, 2, 3])"),
+            "f32[4, 2, 3]{1, 12, 4}");
+  EXPECT_EQ(infer1("%0: f32[4, 6]{1, 4}", "aten.reshape.default(%0, [24])"), "f32[24]");
+  EXPECT_EQ(infer1("%0: f32[4, 8]+8", "aten.reshape.default(%0, [4, 2, 4])"), "f32[4, 2, 4]+8");
+  // torch.randn(5, 8)[1:, ::2].reshape(16) is still a view.
+  EXPECT_EQ(infer1("%0: f32[4, 4]{8, 2}+8", "aten.reshape.default(%0, [16])"), "f32[16]{2}+8");
+  EXPECT_EQ(infer1("%0: f32[s0, 4]", "aten.reshape.default(%0, [-1])"), "f32[4*s0]");
+  EXPECT_EQ(infer("%0: f32[5, 8]", "aten.split.Tensor(%0, 3, 1)"),
+            (Metas{"f32[5, 3]{8, 1}", "f32[5, 3]{8, 1}+3", "f32[5, 2]{8, 1}+6"}));
+  EXPECT_EQ(infer("%0: f32[5, 8]", "aten.split.Tensor(%0, 2)"),
+            (Metas{"f32[2, 8]", "f32[2, 8]+16", "f32[1, 8]+32"}));
+  EXPECT_EQ(infer("%0: f32[5, 8]{1, 5}", "aten.split.Tensor(%0, 3, 1)"),
+            (Metas{"f32[5, 3]{1, 5}", "f32[5, 3]{1, 5}+15", "f32[5, 2]{1, 5}+30"}));
+  EXPECT_EQ(infer("%0: f32[s0, 8]", "aten.split.Tensor(%0, 4, -1)"),
+            (Metas{"f32[s0, 4]{8, 1}", "f32[s0, 4]{8, 1}+4"}));
+  EXPECT_EQ(infer("%0: f32[s0, 8]", "aten.split.Tensor(%0, sym(s0))"), (Metas{"f32[s0, 8]"}));
+  EXPECT_EQ(infer("%0: f32[5, 8]", "aten.split_with_sizes.default(%0, [2, 6], 1)"),
+            (Metas{"f32[5, 2]{8, 1}", "f32[5, 6]{8, 1}+2"}));
+  EXPECT_EQ(infer("%0: f32[4, 8]+8", "aten.split_with_sizes.default(%0, [1, 3])"),
+            (Metas{"f32[1, 8]+8", "f32[3, 8]+16"}));
+  EXPECT_THROW(infer("%0: f32[4, 8]", "aten.split_with_sizes.default(%0, [1, 2])"), CompileError);
+  EXPECT_EQ(infer("%0: f32[2, 3, 4]", "aten.unbind.int(%0, 1)"),
+            (Metas{"f32[2, 4]{12, 1}", "f32[2, 4]{12, 1}+4", "f32[2, 4]{12, 1}+8"}));
+  EXPECT_EQ(infer("%0: f32[2, 3]", "aten.unbind.int(%0)"), (Metas{"f32[3]", "f32[3]+3"}));
+}
+
+TEST(ShapeMeta, FlipPadAndMatmul) {
+  EXPECT_EQ(infer1("%0: f32[4, 3]", "aten.flip.default(%0, [0])"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.flip.default(%0, [0, 1])"), "f32[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[4, 3]{6, 2}", "aten.flip.default(%0, [0])"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "prims.rev.default(%0, [0])"), "f32[3, 4]{1, 3}");
+  EXPECT_THROW(infer("%0: f32[4, 3]", "aten.flip.default(%0, [0, -2])"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.constant_pad_nd.default(%0, [1, 2])"), "f32[2, 3, 7]");
+  EXPECT_EQ(infer1("%0: f32[2, 3, 4]", "aten.constant_pad_nd.default(%0, [1, 2, -1, 0], 1.5)"),
+            "f32[2, 2, 7]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.constant_pad_nd.default(%0, [1, 1])"), "f32[3, 6]");
+  EXPECT_EQ(
+      infer1("%0: f32[2, 3, 4, 5]{60, 1, 15, 3}", "aten.constant_pad_nd.default(%0, [1, 1, 1, 1])"),
+      "f32[2, 3, 6, 7]{126, 1, 21, 3}");
+  EXPECT_EQ(infer1("%0: i32[2, 3]", "aten.constant_pad_nd.default(%0, [1, 1], 2.5)"), "i32[2, 5]");
+  EXPECT_EQ(infer1("%0: f32[s0, 3]", "aten.constant_pad_nd.default(%0, [0, 0, 1, 1])"),
+            "f32[s0 + 2, 3]");
+  // torch.matmul's 1-D and batched cases.
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[3]", "aten.matmul.default(%0, %1)"), "f32[]");
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f32[3]", "aten.matmul.default(%0, %1)"), "f32[2]");
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[3, 4]", "aten.matmul.default(%0, %1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f32[3, 4]", "aten.matmul.default(%0, %1)"), "f32[2, 4]");
+  EXPECT_EQ(infer1("%0: f32[5, 2, 3], %1: f32[3]", "aten.matmul.default(%0, %1)"), "f32[5, 2]");
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[5, 3, 4]", "aten.matmul.default(%0, %1)"), "f32[5, 4]");
+  EXPECT_EQ(infer1("%0: f32[5, 2, 3], %1: f32[3, 4]", "aten.matmul.default(%0, %1)"),
+            "f32[5, 2, 4]");
+  EXPECT_EQ(infer1("%0: f32[7, 1, 2, 3], %1: f32[5, 3, 4]", "aten.matmul.default(%0, %1)"),
+            "f32[7, 5, 2, 4]");
+  EXPECT_THROW(infer("%0: f32[2, 3], %1: f32[4, 5]", "aten.matmul.default(%0, %1)"), CompileError);
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[3]", "aten.dot.default(%0, %1)"), "f32[]");
+  EXPECT_EQ(infer1("%0: f32[2, 3], %1: f32[3]", "aten.mv.default(%0, %1)"), "f32[2]");
+  EXPECT_THROW(infer("%0: f32[2, 3], %1: f32[4]", "aten.mv.default(%0, %1)"), CompileError);
+}
+
+TEST(PointwiseMeta, MorePointwiseOps) {
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.__lshift__.Scalar(%0, 2)"), "i32[4]");
+  EXPECT_EQ(infer1("%0: u8[4]", "aten.__rshift__.Scalar(%0, 2)"), "u8[4]");
+  EXPECT_EQ(infer1("%0: i32[4], %1: i64[4]", "aten.bitwise_left_shift.Tensor(%0, %1)"), "i64[4]");
+  EXPECT_EQ(infer1("%0: i8[4], %1: i64[]", "aten.bitwise_right_shift.Tensor(%0, %1)"), "i8[4]");
+  EXPECT_EQ(infer1("%0: i32[4], %1: f32[]", "aten.clamp_max.Tensor(%0, %1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f32[4, 3], %1: f64[3]", "aten.clamp_min.Tensor(%0, %1)"), "f64[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[3], %1: f32[4, 3]", "aten.clamp_min.Tensor(%0, %1)"), "f32[4, 3]");
+  // copysign computes in floating point.
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.copysign.Scalar(%0, -1.0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.copysign.Scalar(%0, -1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i64[4], %1: i32[4]", "aten.copysign.Tensor(%0, %1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f16[4], %1: f64[4]", "aten.copysign.Tensor(%0, %1)"), "f64[4]");
+  EXPECT_EQ(infer1("%0: i32[4], %1: i64[4]", "aten.floor_divide.default(%0, %1)"), "i64[4]");
+  EXPECT_EQ(infer1("%0: i32[4], %1: f64[]", "aten.floor_divide.default(%0, %1)"), "f64[4]");
+  EXPECT_EQ(infer1("%0: f16[4], %1: f32[4]", "aten.hypot.default(%0, %1)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.lgamma.default(%0)"), "f32[4]");
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten.lgamma.default(%0)"), "f32[3, 4]{1, 3}");
+  // threshold's scalars are not promotion operands.
+  EXPECT_EQ(infer1("%0: i32[4]", "aten.threshold.default(%0, 1.5, 2.5)"), "i32[4]");
+  EXPECT_EQ(infer1("%0: f16[3, 4]{1, 3}", "aten.threshold.default(%0, 1, 2)"), "f16[3, 4]{1, 3}");
+  EXPECT_EQ(infer1("%0: f32[4], %1: f64[4]", "aten.hardtanh_backward.default(%0, %1, -1.0, 1.0)"),
+            "f64[4]");
+  EXPECT_EQ(
+      infer1("%0: f16[4], %1: f32[4]", "aten.leaky_relu_backward.default(%0, %1, 0.01, false)"),
+      "f32[4]");
+  // masked_fill: self's dtype, broadcast with the mask, row-major.
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}, %1: b8[3, 4]", "aten.masked_fill.Scalar(%0, %1, 1.5)"),
+            "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: i32[4, 3], %1: b8[4, 3]", "aten.masked_fill.Scalar(%0, %1, 1.5)"),
+            "i32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[3], %1: b8[4, 3]", "aten.masked_fill.Scalar(%0, %1, 1)"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f32[4, 3], %1: b8[3]", "aten.masked_fill.Scalar(%0, %1, 1)"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: f16[4, 3], %1: b8[4, 3], %2: f64[]", "aten.masked_fill.Tensor(%0, %1, %2)"),
+            "f16[4, 3]");
+  EXPECT_THROW(
+      infer("%0: f32[4, 3], %1: b8[4, 3], %2: f32[3]", "aten.masked_fill.Tensor(%0, %1, %2)"),
+      CompileError);
+  EXPECT_EQ(infer1("%0: f32[3, 4]{1, 3}", "aten._softmax.default(%0, 1, false)"), "f32[3, 4]");
+  EXPECT_EQ(infer1("%0: f16[4, 3]", "aten._softmax.default(%0, 1, true)"), "f32[4, 3]");
+  EXPECT_EQ(infer1("%0: bf16[4, 3]", "aten._softmax.default(%0, -1, false)"), "bf16[4, 3]");
+  EXPECT_THROW(infer("%0: f32[4, 3]", "aten._softmax.default(%0, 2, false)"), CompileError);
+}
+
 TEST(Registry, AddNodeInferred) {
   sym::Context ctx;
   Graph g(ctx);
