@@ -4,6 +4,7 @@
 #include "coil/lower/lower.h"
 #include "coil/lower/lowering.h"
 #include "coil/lower/realize.h"
+#include "coil/ops/registry.h"
 #include "coil/support/error.h"
 #include "family_util.h"
 
@@ -100,9 +101,14 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options,
       continue;
     }
     const LoweringFn* fn = registry.find(node.op());
-    if (fn == nullptr) {
-      COIL_USER_CHECK(!options.strict) << node.op() << ": no lowering";
-      res.fallback_ops.push_back(node.op() + ": no lowering");
+    // The op table's rule: what coil lowers has a meta function, which verify_graph_meta
+    // checked this node's metas with (tests/cpp/lower: EveryLoweredOpHasAMeta).
+    const char* missing = fn == nullptr                        ? "no lowering"
+                          : ops::find_op(node.op()) == nullptr ? "no meta function"
+                                                               : nullptr;
+    if (missing != nullptr) {
+      COIL_USER_CHECK(!options.strict) << node.op() << ": " << missing;
+      res.fallback_ops.push_back(node.op() + ": " + missing);
       fallback(lc, node);
       continue;
     }

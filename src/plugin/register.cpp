@@ -1,5 +1,6 @@
 // Committing a plugin's registrations (the second half of load_plugin): run its entry point
 // with a fresh Registrar, check every name against the registries, then add them.
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <set>
@@ -68,6 +69,12 @@ LoadedPlugin detail::commit(const std::string& name, const Registrar& reg) {
   for (const auto& l : reg.lowerings()) {
     if (l.fn == nullptr)
       throw PluginError("plugin '" + name + "': the lowering of " + l.op + " is empty");
+    // The op table's rule: an op coil lowers has a meta function (this plugin's or coil's).
+    const bool own = std::any_of(reg.ops().begin(), reg.ops().end(),
+                                 [&](const auto& d) { return d.name == l.op; });
+    if (!own && ops::find_op(l.op) == nullptr)
+      throw PluginError("plugin '" + name + "': op " + l.op +
+                        " gets a lowering but has no meta function (add_op it first)");
   }
   for (const auto& p : reg.passes()) {
     if (p.name.empty() || p.name.find_first_of(", \t\n") != std::string::npos)

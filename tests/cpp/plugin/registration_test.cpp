@@ -142,6 +142,13 @@ TEST(PluginRegistration, BrokenEntriesAreErrors) {
     });
   });
   EXPECT_NE(e.find("bad pass name 'a,b'"), std::string::npos) << e;
+  // A lowering for an op without a meta function (neither the plugin's nor coil's).
+  e = error_of([] {
+    register_plugin("t11",
+                    [](Registrar& r) { r.add_lowering("test_plugin.orphan.default", identity); });
+  });
+  EXPECT_NE(e.find("gets a lowering but has no meta function"), std::string::npos) << e;
+  EXPECT_EQ(lower::lowering_registry().find("test_plugin.orphan.default"), nullptr);
 }
 
 TEST(PluginAbi, OtherBuildsAreRefused) {
