@@ -180,7 +180,10 @@ def test_artifacts_and_helpers():
     assert "aten.exp.default" in a["input_graph"]
     assert a["source"] and a["compiler_command"]
     stages = [s for s, _ in a["timings"]]
-    assert stages[:3] == ["parse", "verify", "lower"] and "host_compile" in stages
+    # Each graph pass is a stage of its own, between verification and lowering.
+    assert stages[:5] == ["parse", "verify", "pass:dce", "pass:cse", "lower"]
+    assert "host_compile" in stages
+    assert a["pass_graphs"] == []  # no debug dir: the graphs after the passes are not kept
     assert isinstance(a["cache_hit"], bool) and a["num_kernels"] >= 1
     assert C.parse_and_print(a["input_graph"]) == a["input_graph"]
     assert "aten.mm.default" in C.lowered_ops()
