@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 
 from . import cuda as coil_cuda
-from .cuda_graphs import GraphReplayer, capture_blocker
+from .cuda_graphs import GraphReplayer, capture_blocker, random_op
 from .debug import GraphDump
 from .decompositions import coil_decompositions
 from .extending import functionalize_mutating_custom_ops
@@ -495,9 +495,7 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
                 clone.add(v)
             elif kind_ == "view":
                 clone.add(v[0])
-    random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-                 and torch.Tag.nondeterministic_seeded in n.target.tags
-                 for n in gm.graph.nodes)
+    random = random_op(gm) is not None
     return lambda run: PooledReplayer(
         name, run, pool, kind, frozenset(in_place), None if clone is None else frozenset(clone),
         exported.mutated_inputs, random, options.cuda_graph_max_captures, saved_args)

@@ -43,15 +43,25 @@ MAX_CAPTURES = 3
 KEEP_IF_BELOW = 0.95
 TIMING_ROUNDS = 2
 
-__all__ = ["GraphReplayer", "capture_blocker"]
+__all__ = ["GraphReplayer", "capture_blocker", "random_op"]
+
+
+def random_op(gm: fx.GraphModule) -> fx.Node | None:
+    """The first node of gm that draws random numbers, or None."""
+    for n in gm.graph.nodes:
+        if (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                and torch.Tag.nondeterministic_seeded in n.target.tags):
+            return n
+    return None
 
 
 def capture_blocker(gm: fx.GraphModule) -> str:
     """Why this FX graph must not be captured, or '' when it may be."""
+    rand = random_op(gm)
+    if rand is not None:
+        return f"random op {rand.target}"
     for n in gm.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            if torch.Tag.nondeterministic_seeded in n.target.tags:
-                return f"random op {n.target}"
             if n.target is torch.ops.aten.copy_.default:
                 return "input mutation"  # a replay would write the captured copy
     for n in gm.graph.nodes:

@@ -78,7 +78,6 @@ class _Capture:
         self.outputs = outputs  # the pool's tensors (never handed out themselves)
         self.copied = copied  # input positions copied in before each replay
         self.order = order  # position in the pool's capture order
-        self.clone = clone  # output positions returned as copies (None: all)
         # A forward's outputs past the user's are consumed by its backward: once it ran, the
         # autograd context that still references them is spent.
         self.kind = kind

@@ -628,8 +628,8 @@ std::vector<RuntimeTensor> Program::run_steps(const std::vector<RuntimeTensor>& 
         break;
       case StepOp::Kernel:
         if (m.cuda) {
-          m.cuda->launch(s.index, bufs, env, m.code.data(), m.num_size_symbols, rng,
-                         rc.rng_device, rc.stream);
+          m.cuda->launch(s.index, bufs, env, m.code.data(), m.num_size_symbols, rng, rc.rng_device,
+                         rc.stream);
         } else {
           m.kernels[s.index](bufs.data(), env);
         }

@@ -3,8 +3,8 @@
 // An op is named by its full overload name ("aten.add.Tensor", "aten.mm.default"). Ops that are
 // not in the registry may still appear in graphs (they run eagerly as fallbacks), but every op
 // coil lowers is in it (lower_graph refuses one that is not; LowerCore.EveryLoweredOpHasAMeta).
-// Ops in it have a meta function that computes their output TensorMetas (dtype, device, sizes, strides,
-// storage offset) from the arguments, following PyTorch's semantics (broadcasting, type
+// Ops in it have a meta function that computes their output TensorMetas (dtype, device, sizes,
+// strides, storage offset) from the arguments, following PyTorch's semantics (broadcasting, type
 // promotion with Python scalars, view strides).
 //
 // The registry is built on first use from per-family register functions (one source file per
