@@ -67,7 +67,7 @@ int KernelEmitter::vector_width(size_t inner) {
           in.kind == InstrKind::Randn)
         return 0;
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      if (in.mask >= 0) return 0;
+      if (in.mask >= 0 && !mask_invariant(n->body, in.mask, var)) return 0;
       Expr flat = flat_index(in.buffer, in.index);
       auto s = stride_along(flat, var);
       if (!s || (*s != 0 && *s != 1)) return 0;
@@ -80,14 +80,76 @@ int KernelEmitter::vector_width(size_t inner) {
     }
   }
   if (accesses.empty()) return 0;
-  for (auto& [b, start] : accesses) max_size = std::max(max_size, dtype_size(buf(b).dtype));
-  const int vec = std::min(8, 16 / max_size);
+  int bytes = 0;  // of one element of every vector load and store
+  for (auto& [b, start] : accesses) {
+    max_size = std::max(max_size, dtype_size(buf(b).dtype));
+    bytes += dtype_size(buf(b).dtype);
+  }
+  // Every vector load is held in registers before the first element is computed, and every
+  // store until the last: a depthwise convolution's taps and weights (22 bf16 loads for 3x3,
+  // over 100 for 7x7) at 8 elements each spilled to local memory under the 1024-thread launch
+  // bound and ran 3-10x slower than the scalar loop on the H200. So the width also keeps the
+  // vectors within kMaxVectorBytes per thread.
+  constexpr int kMaxVectorBytes = 128;
+  int vec = std::min(8, 16 / max_size);
+  while (vec >= 2 && vec * bytes > kMaxVectorBytes) vec /= 2;
   if (vec < 2) return 0;
   auto extent = ctx_.as_const(k_.outer_ranges[inner]);
   if (!extent || *extent % vec != 0) return 0;
   std::vector<Expr> starts;
   for (auto& [b, start] : accesses) starts.push_back(start);
   return starts_aligned(starts, vec) ? vec : 0;
+}
+
+// Whether `mask` has one value for all the elements a vector entry point's thread handles: it
+// is computed from index expressions that do not depend on the inner variable `var`, through no
+// load. A native convolution's padding test is one: it tests spatial positions, and NHWC's inner
+// dim is the channel, so the thread's `vec` channels are all read or all padding, and the
+// vector load runs under the one condition (emit_pointwise).
+bool KernelEmitter::mask_invariant(const loop::Body& b, InstrId mask, Expr var) {
+  std::vector<InstrId> todo{mask};
+  std::set<InstrId> seen;
+  while (!todo.empty()) {
+    const InstrId id = todo.back();
+    todo.pop_back();
+    if (!seen.insert(id).second) continue;
+    const Instr& in = b.instrs[id];
+    switch (in.kind) {
+      case InstrKind::Load:
+      case InstrKind::Indirect:
+      case InstrKind::Rand:
+      case InstrKind::Randn:
+        return false;
+      case InstrKind::IndexExpr:
+        if (ctx_.depends_on(in.expr, var)) return false;
+        break;
+      default:
+        break;
+    }
+    if (in.mask >= 0) todo.push_back(in.mask);
+    for (InstrId o : in.operands)
+      if (o >= 0) todo.push_back(o);
+  }
+  return true;
+}
+
+// The instructions `mask` is computed from, in body order, each as its `const` value (for the
+// scope the caller opened): mask_invariant's chain, so none loads.
+void KernelEmitter::emit_mask(const loop::Body& b, InstrId mask) {
+  std::set<InstrId> chain;
+  std::vector<InstrId> todo{mask};
+  while (!todo.empty()) {
+    const InstrId id = todo.back();
+    todo.pop_back();
+    if (!chain.insert(id).second) continue;
+    const Instr& in = b.instrs[id];
+    if (in.mask >= 0) todo.push_back(in.mask);
+    for (InstrId o : in.operands)
+      if (o >= 0) todo.push_back(o);
+  }
+  for (InstrId id : chain)  // ids ascend in body order, operands first
+    line("const " + compute_ctype(b.instrs[id].dtype) + " " + tmp(id) + " = " + instr_expr(b, id) +
+         ";");
 }
 
 // The member j < m that stores the element member m's `load` reads (the same buffer, the same
@@ -231,8 +293,20 @@ void KernelEmitter::emit_pointwise() {
       if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
       std::string name = "L" + std::to_string(nv++);
       const std::string E = ctype(buf(in.buffer).dtype);
-      line("const coil::Vec<" + E + ", " + V + "> " + name + " = *(const coil::Vec<" + E + ", " +
-           V + ">*)(" + buf(in.buffer).name + " + " + idx(flat) + ");");
+      const std::string vec_t = "coil::Vec<" + E + ", " + V + ">";
+      const std::string load =
+          "*(const " + vec_t + "*)(" + buf(in.buffer).name + " + " + idx(flat) + ")";
+      if (in.mask >= 0) {
+        // Under its mask (the same for the whole vector: vector_width); a masked-off vector
+        // is not read (it may lie outside the buffer) and its lanes are not used.
+        line(vec_t + " " + name + "{};");
+        open("{");
+        emit_mask(n.body, in.mask);
+        line("if (" + tmp(in.mask) + ") " + name + " = " + load + ";");
+        close();
+      } else {
+        line("const " + vec_t + " " + name + " = " + load + ";");
+      }
       vec_loads_[{m, static_cast<InstrId>(i)}] = name;
     }
   }

@@ -93,6 +93,8 @@ class KernelEmitter {
   std::optional<int64_t> stride_along(Expr flat, Expr var);
   int vector_width(size_t inner);
   int forwarded_store(size_t m, const Instr& load);
+  bool mask_invariant(const loop::Body& b, InstrId mask, Expr var);
+  void emit_mask(const loop::Body& b, InstrId mask);
   bool starts_aligned(const std::vector<Expr>& starts, int vec);
   void emit_member_stores();
   void emit_pointwise();

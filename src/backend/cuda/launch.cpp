@@ -129,6 +129,11 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
       add({entry, clamp_grid(ceil_div(threads, b), sms * 32), static_cast<unsigned>(b)});
       add({entry, clamp_grid(ceil_div(threads, b), int64_t{2147483647}), static_cast<unsigned>(b)});
     }
+    // The scalar loop too where the vector one is the default: a kernel with many loads per
+    // element (a convolution's taps) may run better one element per thread.
+    if (entry == 1)
+      for (int64_t b : {256, 1024})
+        add({0, clamp_grid(ceil_div(work, b), sms * 32), static_cast<unsigned>(b)});
     return out;
   }
   if (k.column > 0)

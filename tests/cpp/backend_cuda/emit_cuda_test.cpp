@@ -217,6 +217,35 @@ TEST(EmitCuda, LoweredGraphsCompile) {
   }
 }
 
+// A depthwise convolution over NHWC activations (MobileNet's 3x3 taps, fused with the ReLU
+// after it) reads each tap under a padding test of the spatial position only: the vector entry
+// point loads `vec` channels per tap under that one condition instead of staying scalar.
+TEST(EmitCuda, DepthwiseTapsGetMaskedVectorLoads) {
+  CudaSource src = emit_graph(
+      "graph(%0: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda, %1: bf16[32, 1, 3, 3]@cuda):\n"
+      "  %2: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda = aten.convolution.default(%0, %1, "
+      "None, [1, 1], [1, 1], [1, 1], false, [0, 0], 32)\n"
+      "  %3: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda = aten.relu.default(%2)\n"
+      "  return (%3)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  // The kernel of the taps: the one whose vector entry point loads under a condition.
+  const std::string masked_load = ") L0 = *(const coil::Vec<coil::bf16, ";
+  int found = 0;
+  for (const auto& k : src.kernels) {
+    const size_t at = code.find(k.name + "_v(");
+    if (at == std::string::npos) continue;
+    const size_t end = code.find("\n}\n", at);
+    if (code.substr(at, end - at).find(masked_load) == std::string::npos) continue;
+    ++found;
+    // 9 taps, 9 weights and the store at 2 bytes each: 2 or 4 channels per thread keep the
+    // vectors within 128 bytes (8 channels spilled registers on the GPU).
+    EXPECT_GE(k.vec, 2) << code;
+    EXPECT_LE(k.vec * 2 * 19, 128) << code;
+  }
+  EXPECT_EQ(found, 1) << code;
+  expect_compiles(src);
+}
+
 // A transposed read (attention's k^T materialized for a bmm; a bias added to a permuted input)
 // gets the tiled entry point _t: both tile phases, shared arrays with a padded pitch, the
 // transposed load read from shared memory, the contiguous one from global memory.
@@ -669,6 +698,11 @@ TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
   pw.vec = 4;
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, true, dev).entry, 1);
   EXPECT_EQ(backend::cuda::choose_launch(pw, 1 << 20, 1, false, dev).entry, 0);
+  // The scalar loop is measured against the vector one (many loads per element may favour it).
+  int scalar = 0;
+  for (const auto& c : backend::cuda::launch_candidates(pw, 1 << 20, 1, true, dev))
+    scalar += c.entry == 0;
+  EXPECT_GT(scalar, 0);
   // Rows kernels with vector entry points use them (_wv = 2, _bv = 3) on aligned pointers.
   backend::cuda::CudaKernel vrows = rows;
   vrows.vec = 4;
