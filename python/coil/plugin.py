@@ -1,5 +1,5 @@
-"""C++ plugins: shared libraries that add ops (meta functions), lowerings and graph passes to
-coil at load time (include/coil/plugin/plugin.h; docs/extending/write-a-plugin.md).
+"""C++ plugins: shared libraries that add ops (meta functions), lowerings, graph passes and
+backends to coil at load time (include/coil/plugin/plugin.h; docs/extending/write-a-plugin.md).
 
 `coil.load_plugin(path)` loads one (a second load of the same file is a no-op) and returns what
 it registered. Load plugins before compiling what uses them: TorchDynamo caches compiled code,
@@ -39,6 +39,7 @@ class LoadedPlugin:
     ops: list[str] = field(default_factory=list)
     lowerings: list[str] = field(default_factory=list)
     passes: list[str] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)  # option backend_target selects them
 
 
 def _coil():
