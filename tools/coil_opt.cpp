@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   bool final_only = false;
   std::string_view emit_backend;
   std::vector<std::string> plugins;
+  bool help = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a.starts_with("--passes=")) {
@@ -94,14 +95,13 @@ int main(int argc, char** argv) {
     } else if (a == "--no-verify") {
       verify = false;
     } else if (a == "-h" || a == "--help") {
-      return usage(nullptr);
+      help = true;  // after the plugins are loaded: the usage lists their passes
     } else if (file.empty() && (a == "-" || !a.starts_with("-"))) {
       file = a;
     } else {
       return usage(("unexpected argument '" + std::string(a) + "'").c_str());
     }
   }
-  if (file.empty()) return usage("no input file");
   // Plugins first: their passes and backends are names the options below may use, and their
   // ops are what the graph may contain.
   for (const std::string& path : plugins) {
@@ -112,12 +112,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (help) return usage(nullptr);
+  if (file.empty()) return usage("no input file");
   if (!emit_backend.empty() && emit_backend != "cpp" && emit_backend != "fusion" &&
       !coil::runtime::backends().find(emit_backend)) {
     std::string names;
-    for (const std::string& n : coil::runtime::backends().names()) names += ", " + n;
-    return usage(
-        ("--emit takes cpp, fusion or a backend's name" + names.replace(0, 2, " (") + ")").c_str());
+    for (const std::string& n : coil::runtime::backends().names())
+      names += (names.empty() ? "" : ", ") + n;
+    return usage(("--emit takes cpp, fusion or a backend's name (" + names + ")").c_str());
   }
   coil::passes::Pipeline pipeline;
   try {

@@ -342,6 +342,9 @@ def test_coil_opt_replays_plugin_pass(plugin_lib, tmp_path):
         proc.stdout[:300]
     assert "coil_example_portable" in coil_opt("--emit=nope", f"--plugin={plugin_lib}").stderr
 
+    proc = coil_opt("--help", f"--plugin={plugin_lib}")  # the usage lists the plugin's pass
+    assert proc.returncode == 2 and "coil_example_identity_arith" in proc.stderr, proc.stderr
+
     proc = coil_opt("--plugin=/nonexistent/libnothing.so")
     assert proc.returncode == 1 and "/nonexistent/libnothing.so: no such file" in proc.stderr, \
         proc.stderr

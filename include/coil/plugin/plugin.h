@@ -81,8 +81,8 @@ constexpr uint64_t mix(uint64_t h, std::string_view s) {
 
 // A hash of what a plugin's compiled code depends on: coil's version, the API version, the
 // names and order of the scalar ops (InstrKind values), dtypes and compile options, the
-// sizes of the types a plugin's meta functions, lowerings and passes handle, and the C++
-// library's string ABI. Computed at compile time on both sides; the loader compares them.
+// sizes of the types a plugin's meta functions, lowerings, passes and backends handle, and the
+// C++ library's string ABI. Computed at compile time on both sides; the loader compares them.
 // It is a guard against the usual accidents (an old build of a plugin after coil changed),
 // not a proof of compatibility.
 constexpr uint64_t abi_fingerprint() {

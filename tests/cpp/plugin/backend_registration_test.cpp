@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "../runtime/test_util.h"
 #include "coil/backend/portable/portable_backend.h"
@@ -72,6 +73,7 @@ const char* kGraph = R"(graph(%0: f32[5, 37]):
 TEST(PluginBackend, SelectedByNameCompilesAndRuns) {
   const backend::BackendRegistry& before = runtime::backends();
   const backend::Backend& cpu = before.select(Device::CPU, "");
+  const std::vector<std::string> names_before = before.names();
   LoadedPlugin p = register_plugin("b1", [](Registrar& r) {
     r.add_backend(std::make_shared<RenamedPortable>("test_backend_b1"));
   });
@@ -82,7 +84,8 @@ TEST(PluginBackend, SelectedByNameCompilesAndRuns) {
   // The device's default is still coil's, the same object; the old table is intact.
   EXPECT_EQ(&after.select(Device::CPU, ""), &cpu);
   EXPECT_EQ(before.find("test_backend_b1"), nullptr);
-  EXPECT_EQ(before.names(), (std::vector<std::string>{"cpu", "cuda", "portable"}));
+  EXPECT_EQ(before.names(), names_before);
+  EXPECT_EQ(after.names().size(), names_before.size() + 1);
 
   CompileOptions o;
   o.backend_target = "test_backend_b1";
@@ -165,6 +168,33 @@ TEST(PluginBackend, UnknownTargetStillNamesTheRegisteredOnes) {
         << msg;
     EXPECT_NE(msg.find("test_backend_b8"), std::string::npos) << msg;
   }
+}
+
+TEST(PluginBackend, ReadersSelectWhileBackendsAreRegistered) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> selections{0};
+  std::thread reader([&] {
+    while (!stop) {
+      const backend::BackendRegistry& r = runtime::backends();
+      ASSERT_EQ(r.select(Device::CPU, "").name(), "cpu");
+      ASSERT_EQ(r.select(Device::CPU, "portable").name(), "portable");
+      ++selections;
+    }
+  });
+  while (selections == 0) std::this_thread::yield();
+  for (int k = 0; k < 20; ++k) {
+    static int counter = 0;
+    counter = k;
+    register_plugin("b9", [](Registrar& r) {
+      r.add_backend(
+          std::make_shared<RenamedPortable>("test_backend_many" + std::to_string(counter)));
+    });
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GT(selections.load(), 0);
+  for (int k = 0; k < 20; ++k)
+    EXPECT_NE(runtime::backends().find("test_backend_many" + std::to_string(k)), nullptr);
 }
 
 }  // namespace
