@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 
 __all__ = ["LoadedPlugin", "PluginError", "load_plugin", "loaded_plugins",
-           "load_entry_point_plugins"]
+           "load_entry_point_plugins", "registered_backends"]
 
 ENTRY_POINT_GROUP = "coil.plugins"
 
@@ -66,6 +66,12 @@ def load_plugin(path: str | os.PathLike) -> LoadedPlugin:
 def loaded_plugins() -> list[LoadedPlugin]:
     """The plugins loaded in this process, in load order."""
     return [LoadedPlugin(**info) for info in _coil().loaded_plugins()]
+
+
+def registered_backends() -> list[str]:
+    """The names the option backend_target accepts: coil's backends (cpu, cuda, portable), then
+    those that loaded plugins registered, in order."""
+    return list(_coil().registered_backends())
 
 
 _entry_points_lock = threading.Lock()

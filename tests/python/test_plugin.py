@@ -206,8 +206,8 @@ def test_plugin_backend(plugin_lib, tmp_path):
         lib = os.environ["PLUGIN"]
         info = coil_example.load(lib)
         assert info.backends == ["coil_example_portable"], info
-        assert _coil.registered_backends() == ["cpu", "cuda", "portable",
-                                               "coil_example_portable"]
+        assert coil.plugin.registered_backends() == ["cpu", "cuda", "portable",
+                                                     "coil_example_portable"]
         # The library coil loaded (ctypes opens the same handle): its counters.
         stats_fn = ctypes.CDLL(lib).coil_example_backend_stats
         def stats():
