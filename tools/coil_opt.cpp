@@ -1,20 +1,24 @@
 // coil-opt: parse a text graph, verify it, run graph passes (src/passes), print the result — or,
-// with --emit=BACKEND (cuda, cpu or cpp, portable: a name of src/runtime/backends.cpp), the
+// with --emit=BACKEND (cuda, cpu or cpp, portable: a name of coil/runtime/backends.h), the
 // kernels that backend generates for it (lowered and scheduled with its policy, as
 // compile_graph does; prelude left out), so a kernel can be read without a GPU;
 // --emit=fusion, the scheduler's fusion log (every fusion taken or refused, with the reason)
 // and schedule.
 //
-//   coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify]
-//            [--emit=cuda|cpp|portable|fusion]
+//   coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] [--no-verify]
+//            [--emit=cuda|cpp|portable|fusion|BACKEND]
 //
+// --plugin loads a coil plugin (coil/plugin/loader.h; repeatable, in order) before anything
+// else, so that a graph dumped from a model that used a plugin's ops parses and verifies, and
+// its passes and backends can be named, as in the process that dumped it.
 // The passes run in the order given (any sequence, repeats allowed). The graph is printed after
 // each pass that changed it, under a "# after <pass>" line (a comment: a single printout parses
 // back), or as it was read when none did; --final prints only the graph at the end (and --emit
 // only the kernels). Unless --no-verify, the graph's structure (verify_graph) and metas
 // (verify_graph_meta) are checked before the first pass and after each one; a failure after a
-// pass names it. FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr), 2 on
-// bad usage, 3 on an internal error (a pass that broke the graph).
+// pass names it. FILE "-" reads stdin. Exit status 1 on a CompileError (message on stderr; a
+// plugin that does not load is one), 2 on bad usage, 3 on an internal error (a pass that broke
+// the graph).
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -30,6 +34,7 @@
 #include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
 #include "coil/passes/pass.h"
+#include "coil/plugin/loader.h"
 #include "coil/runtime/backends.h"
 #include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
@@ -39,10 +44,10 @@ namespace {
 
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
-  std::cerr << "usage: coil-opt FILE [--passes=NAME[,NAME...]] [--final] [--no-verify] "
-               "[--emit=cuda|cpp|portable|fusion]\n"
+  std::cerr << "usage: coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] "
+               "[--no-verify] [--emit=cuda|cpp|portable|fusion|BACKEND]\n"
                "passes:\n";
-  const coil::passes::PassRegistry registry = coil::passes::builtin_passes();
+  const coil::passes::PassRegistry registry = coil::passes::registered_passes();
   for (const auto& e : registry.entries())
     std::cerr << "  " << e.name << "  " << e.description << "\n";
   return 2;
@@ -75,31 +80,50 @@ int main(int argc, char** argv) {
   bool verify = true;
   bool final_only = false;
   std::string_view emit_backend;
+  std::vector<std::string> plugins;
+  bool help = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a.starts_with("--passes=")) {
       pass_list += "," + std::string(a.substr(9));  // several --passes= run one after another
+    } else if (a.starts_with("--plugin=")) {
+      plugins.emplace_back(a.substr(9));
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
-      if (emit_backend != "cpp" && emit_backend != "fusion" &&
-          !coil::runtime::backends().find(emit_backend))
-        return usage("--emit takes cpp, fusion or a backend's name (cpu, cuda, portable)");
     } else if (a == "--final") {
       final_only = true;
     } else if (a == "--no-verify") {
       verify = false;
     } else if (a == "-h" || a == "--help") {
-      return usage(nullptr);
+      help = true;  // after the plugins are loaded: the usage lists their passes
     } else if (file.empty() && (a == "-" || !a.starts_with("-"))) {
       file = a;
     } else {
       return usage(("unexpected argument '" + std::string(a) + "'").c_str());
     }
   }
+  // Plugins first: their passes and backends are names the options below may use, and their
+  // ops are what the graph may contain.
+  for (const std::string& path : plugins) {
+    try {
+      coil::plugin::load_plugin(path);
+    } catch (const coil::plugin::PluginError& e) {
+      std::cerr << "coil-opt: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (help) return usage(nullptr);
   if (file.empty()) return usage("no input file");
+  if (!emit_backend.empty() && emit_backend != "cpp" && emit_backend != "fusion" &&
+      !coil::runtime::backends().find(emit_backend)) {
+    std::string names;
+    for (const std::string& n : coil::runtime::backends().names())
+      names += (names.empty() ? "" : ", ") + n;
+    return usage(("--emit takes cpp, fusion or a backend's name (" + names + ")").c_str());
+  }
   coil::passes::Pipeline pipeline;
   try {
-    pipeline = coil::passes::Pipeline::parse(pass_list, coil::passes::builtin_passes());
+    pipeline = coil::passes::Pipeline::parse(pass_list, coil::passes::registered_passes());
   } catch (const coil::CompileError& e) {
     std::string_view msg = e.what();  // "src/passes/pass.cpp:N: unknown pass 'x' (known: ...)"
     size_t at = msg.find("unknown pass");

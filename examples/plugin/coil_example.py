@@ -1,7 +1,8 @@
 """The PyTorch side of the example plugin: the op `torch.ops.coil_example.scaled_softsign` (its
 eager kernel and fake function, so that eager runs and TorchDynamo traces it), and `load(path)`,
 which loads the C++ plugin that gives coil the op's meta function and lowering (and the pass
-coil_example_identity_arith). Without the plugin, coil runs the op through its per-op fallback.
+coil_example_identity_arith and the backend coil_example_portable). Without the plugin, coil
+runs the op through its per-op fallback.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""C++ plugins: shared libraries that add ops (meta functions), lowerings and graph passes to
-coil at load time (include/coil/plugin/plugin.h; docs/extending/write-a-plugin.md).
+"""C++ plugins: shared libraries that add ops (meta functions), lowerings, graph passes and
+backends to coil at load time (include/coil/plugin/plugin.h; docs/extending/write-a-plugin.md).
 
 `coil.load_plugin(path)` loads one (a second load of the same file is a no-op) and returns what
 it registered. Load plugins before compiling what uses them: TorchDynamo caches compiled code,
@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 
 __all__ = ["LoadedPlugin", "PluginError", "load_plugin", "loaded_plugins",
-           "load_entry_point_plugins"]
+           "load_entry_point_plugins", "registered_backends"]
 
 ENTRY_POINT_GROUP = "coil.plugins"
 
@@ -39,6 +39,7 @@ class LoadedPlugin:
     ops: list[str] = field(default_factory=list)
     lowerings: list[str] = field(default_factory=list)
     passes: list[str] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)  # option backend_target selects them
 
 
 def _coil():
@@ -65,6 +66,12 @@ def load_plugin(path: str | os.PathLike) -> LoadedPlugin:
 def loaded_plugins() -> list[LoadedPlugin]:
     """The plugins loaded in this process, in load order."""
     return [LoadedPlugin(**info) for info in _coil().loaded_plugins()]
+
+
+def registered_backends() -> list[str]:
+    """The names the option backend_target accepts: coil's backends (cpu, cuda, portable), then
+    those that loaded plugins registered, in order."""
+    return list(_coil().registered_backends())
 
 
 _entry_points_lock = threading.Lock()

@@ -3,6 +3,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "coil/plugin/loader.h"
 
@@ -14,5 +15,11 @@ std::mutex& load_mutex();
 LoadedPlugin run_entry(const std::string& name, coil_plugin_register_fn entry);
 // Checks every name of `reg`, then adds them all. Caller holds load_mutex.
 LoadedPlugin commit(const std::string& name, const Registrar& reg);
+
+// The backends of `reg` (register_backend.cpp): their names, checked (PluginError naming
+// plugin `name` when one is null, badly named, taken, or repeats); then their commit to the
+// runtime's backend table. commit() calls both. Caller holds load_mutex.
+std::vector<std::string> check_backends(const std::string& name, const Registrar& reg);
+void commit_backends(const Registrar& reg);
 
 }  // namespace coil::plugin::detail

@@ -61,6 +61,7 @@ LoadedPlugin detail::commit(const std::string& name, const Registrar& reg) {
   if (!pass.empty())
     throw PluginError("plugin '" + name + "': pass '" + pass +
                       "' is already registered (by coil, an earlier plugin, or twice here)");
+  out.backends = check_backends(name, reg);  // register_backend.cpp
 
   for (const auto& d : reg.ops()) {
     if (d.meta == nullptr)
@@ -89,6 +90,7 @@ LoadedPlugin detail::commit(const std::string& name, const Registrar& reg) {
   std::vector<std::pair<std::string, lower::LoweringFn>> fns;
   for (const auto& l : reg.lowerings()) fns.emplace_back(l.op, l.fn);
   try {
+    commit_backends(reg);
     passes::register_passes(reg.passes());
     ops::register_ops(reg.ops());
     lower::register_lowerings(std::move(fns));

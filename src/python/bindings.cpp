@@ -22,6 +22,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/plugin/loader.h"
 #include "coil/runtime/allocator.h"
+#include "coil/runtime/backends.h"
 #include "coil/runtime/compiled_graph.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/runtime/program.h"
@@ -461,6 +462,7 @@ NB_MODULE(_coil, m) {
     d["ops"] = p.ops;
     d["lowerings"] = p.lowerings;
     d["passes"] = p.passes;
+    d["backends"] = p.backends;
     return d;
   };
   m.def(
@@ -492,4 +494,6 @@ NB_MODULE(_coil, m) {
     for (const auto& d : ops::op_registry().ops()) names.push_back(d.name);
     return names;
   });
+  // What option backend_target may name: the built-in backends, then the plugins'.
+  m.def("registered_backends", [] { return runtime::backends().names(); });
 }

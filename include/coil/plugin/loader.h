@@ -1,5 +1,5 @@
 // The host side of plugins: loading a plugin library and committing what it registers to
-// coil's process-wide op, lowering and pass registries (coil/plugin/plugin.h is the plugin
+// coil's process-wide op, lowering, pass and backend registries (coil/plugin/plugin.h is the plugin
 // side). coil.load_plugin (python/coil/plugin.py) calls load_plugin through the extension.
 //
 // Thread-safe: loads are serialized by one mutex; compiles running meanwhile keep reading the
@@ -29,6 +29,7 @@ struct LoadedPlugin {
   std::string path;  // canonical (symlinks resolved): a second load of it is a no-op
   std::string name;  // AbiInfo::plugin_name
   std::vector<std::string> ops, lowerings, passes;  // what it registered
+  std::vector<std::string> backends;                // its backends' names
 };
 
 // Loads the plugin at `path` (dlopen, ABI check, coil_plugin_register, commit) and returns

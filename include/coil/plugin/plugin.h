@@ -1,6 +1,6 @@
 // The plugin API: what a shared library built outside coil's tree includes to add ops,
-// lowerings and graph passes to coil when it is loaded (coil.load_plugin(path), or the
-// `coil.plugins` entry point group; docs/extending/write-a-plugin.md walks through one, and
+// lowerings, graph passes and backends to coil when it is loaded (coil.load_plugin(path), or
+// the `coil.plugins` entry point group; docs/extending/write-a-plugin.md walks through one, and
 // examples/plugin/ is a complete one).
 //
 // A plugin defines two C-linkage symbols:
@@ -13,14 +13,15 @@
 //     r.add_op("mylib.softsign.default", coil::ops::OpFamily::Pointwise, softsign_meta);
 //     r.add_lowering("mylib.softsign.default", lower_softsign);
 //     r.add_pass("my_pass", "what it does", [] { return std::make_unique<MyPass>(); });
+//     r.add_backend(std::make_shared<MyBackend>());  // backend_target="<its name()>"
 //   }
 //
 // The loader (coil/plugin/loader.h) reads coil_plugin_abi() first, through a C struct whose
 // layout never changes, and refuses a plugin whose API version or ABI fingerprint differs from
 // its own: a plugin built against another coil is a clear error, not a crash. Only then does
 // it call coil_plugin_register. The Registrar only collects; after the entry point returns, the
-// loader adds everything at once, or nothing when a name is taken (an op, lowering or pass that
-// coil or an earlier plugin already has: an error naming it).
+// loader adds everything at once, or nothing when a name is taken (an op, lowering, pass or
+// backend that coil or an earlier plugin already has: an error naming it).
 //
 // What a plugin calls besides the Registrar (meta helpers, LoweringContext, BodyBuilder) is
 // coil's own code, resolved at load time against the coil library that loads it (the Python
@@ -28,11 +29,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "coil/backend/api/backend.h"
 #include "coil/graph/dtype.h"
 #include "coil/graph/graph.h"
 #include "coil/loop/body.h"
@@ -78,8 +81,8 @@ constexpr uint64_t mix(uint64_t h, std::string_view s) {
 
 // A hash of what a plugin's compiled code depends on: coil's version, the API version, the
 // names and order of the scalar ops (InstrKind values), dtypes and compile options, the
-// sizes of the types a plugin's meta functions, lowerings and passes handle, and the C++
-// library's string ABI. Computed at compile time on both sides; the loader compares them.
+// sizes of the types a plugin's meta functions, lowerings, passes and backends handle, and the
+// C++ library's string ABI. Computed at compile time on both sides; the loader compares them.
 // It is a guard against the usual accidents (an old build of a plugin after coil changed),
 // not a proof of compatibility.
 constexpr uint64_t abi_fingerprint() {
@@ -101,6 +104,10 @@ constexpr uint64_t abi_fingerprint() {
         sizeof(loop::Body), sizeof(loop::BodyBuilder), sizeof(lower::TensorValue),
         sizeof(lower::LoweringContext), sizeof(passes::PassRegistry::Entry), sizeof(std::string),
         sizeof(std::vector<int>), sizeof(lower::LoweringFn)})
+    h = detail::mix(h, size);
+  // What a plugin's backend (Registrar::add_backend) hands to coil or reads from it.
+  for (uint64_t size : {sizeof(backend::TargetPolicy), sizeof(backend::GeneratedCode),
+                        sizeof(backend::KernelModule)})
     h = detail::mix(h, size);
 #ifdef _GLIBCXX_USE_CXX11_ABI
   h = detail::mix(h, uint64_t{_GLIBCXX_USE_CXX11_ABI});
@@ -134,14 +141,24 @@ class Registrar {
         passes::PassRegistry::Entry{std::move(name), std::move(description), std::move(make)});
   }
 
+  // A backend (coil/backend/api/backend.h), registered under its name() for graphs on its
+  // device(): option backend_target="<name>" selects it. A device's default backend stays
+  // coil's (the first registered for it). Its name must be new (not cpu, cuda, portable or an
+  // earlier plugin's), without blanks or commas. The loader keeps it for the whole process.
+  void add_backend(std::shared_ptr<const backend::Backend> backend) {
+    backends_.push_back(std::move(backend));
+  }
+
   const std::vector<ops::OpDef>& ops() const { return ops_; }
   const std::vector<Lowering>& lowerings() const { return lowerings_; }
   const std::vector<passes::PassRegistry::Entry>& passes() const { return passes_; }
+  const std::vector<std::shared_ptr<const backend::Backend>>& backends() const { return backends_; }
 
  private:
   std::vector<ops::OpDef> ops_;
   std::vector<Lowering> lowerings_;
   std::vector<passes::PassRegistry::Entry> passes_;
+  std::vector<std::shared_ptr<const backend::Backend>> backends_;
 };
 
 }  // namespace coil::plugin

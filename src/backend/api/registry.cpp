@@ -5,7 +5,7 @@
 
 namespace coil::backend {
 
-void BackendRegistry::add(std::unique_ptr<Backend> backend) {
+void BackendRegistry::add(std::shared_ptr<const Backend> backend) {
   COIL_CHECK(backend != nullptr) << "null backend";
   COIL_CHECK(find(backend->name()) == nullptr)
       << "backend '" << backend->name() << "' registered twice";

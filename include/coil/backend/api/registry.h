@@ -1,6 +1,8 @@
 // BackendRegistry: backend name -> Backend (backend.h). A value, not global state: the
-// runtime builds the one it uses once (src/runtime/backends.cpp lists the built-in backends,
-// one line each); a test or tool may build its own.
+// runtime keeps the one it uses (coil/runtime/backends.h: the built-in backends, one line each
+// in src/runtime/backends.cpp, then those plugins register); a test or tool may build its own.
+// A copy shares the backends (they are immutable), so adding to a copy of a table leaves the
+// original, and the references into it, untouched: the runtime publishes tables that way.
 #pragma once
 
 #include <memory>
@@ -14,8 +16,8 @@ namespace coil::backend {
 
 class BackendRegistry {
  public:
-  // Adds a backend; InternalError when its name is taken.
-  void add(std::unique_ptr<Backend> backend);
+  // Adds a backend (a std::unique_ptr converts); InternalError when its name is taken.
+  void add(std::shared_ptr<const Backend> backend);
   // The backend of that name, or nullptr.
   const Backend* find(std::string_view name) const;
   // The backend for a graph whose tensors live on `device`: the one named `requested`
@@ -26,7 +28,7 @@ class BackendRegistry {
   std::vector<std::string> names() const;
 
  private:
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::shared_ptr<const Backend>> backends_;
 };
 
 }  // namespace coil::backend
