@@ -1,0 +1,153 @@
+"""GPU kernel time of one dashboard model by kind of kernel, coil against Inductor in one run.
+
+    python bench/dashboard_kernels.py tv_mobilenet_v2 --mode train --compile-mode reduce-overhead
+    python bench/dashboard_kernels.py timm_convnext_tiny --variants inductor,coil,coil_b \
+        --coil-b-options cuda_native_depthwise=0 --no-profile
+
+Each variant is the dashboard's step (bench/dashboard.py: bf16 inference, or an fp32 training
+step with TF32 and SGD) under torch.compile. Steps are timed interleaved (best of 5 rounds of 10),
+then, unless --no-profile, 5 steps of each run under torch.profiler (CUPTI also sees the kernels
+of replayed CUDA graphs), and the kernel time per step is split into convolutions, products,
+generated kernels (Triton's, coil's), copies, the optimizer and the rest, with the longest
+kernels listed. `coil_b` is coil with other options (--coil-b-options): an A/B of one option in
+one process, on one card. Where the dashboard's step time is close to the kernel time, the model
+is GPU-bound and these kinds say where the gap is; coil's kernel names match the `kernelN` of a
+COIL_DEBUG dump's 03_schedule.txt and 05_kernels.cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import coil  # noqa: E402,F401  (registers the backend where the entry point is not installed)
+from coil import backend as coil_backend  # noqa: E402
+import dashboard  # noqa: E402
+import dashboard_models  # noqa: E402
+
+
+def parse_options(text: str) -> dict:
+    out = {}
+    for kv in filter(None, text.split(",")):
+        k, v = kv.split("=", 1)
+        out[k] = {"1": True, "0": False}.get(v, v)
+    return out
+
+
+def kind_of(kernel: str) -> str:
+    k = kernel.lower()
+    if "multi_tensor" in k or "foreach" in k:
+        return "optimizer"
+    if k.startswith("triton") or re.match(r"(fw_|bw_)?kernel\d+", k):
+        return "generated"
+    if any(s in k for s in ("conv", "dgrad", "wgrad", "fprop", "implicit", "depthwise")):
+        return "conv"
+    if any(s in k for s in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
+        return "product"
+    if any(s in k for s in ("memcpy", "memset", "copy")):
+        return "copy"
+    return "other"
+
+
+def make_step(model, inputs, mode: str, compiler: str, compile_mode: str | None, options: dict):
+    m = copy.deepcopy(model)
+    if options and compile_mode:  # torch.compile takes a mode or options, not both
+        options = {**coil_backend.mode_options(compile_mode), **options}
+    kw = {"options": options} if options else {"mode": compile_mode}
+    fn = torch.compile(m, backend=compiler, **kw)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-4)
+
+    def step():
+        if mode == "infer":
+            with torch.no_grad():
+                return fn(*inputs)
+        opt.zero_grad(set_to_none=True)
+        dashboard_models.loss_of(fn(*inputs)).backward()
+        opt.step()
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--mode", choices=("infer", "train"), default="infer")
+    ap.add_argument("--compile-mode", default="default")
+    ap.add_argument("--variants", default="inductor,coil", help="inductor, coil, coil_b")
+    ap.add_argument("--coil-options", default="", help="k=v,... for coil")
+    ap.add_argument("--coil-b-options", default="", help="k=v,... for coil_b")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--top", type=int, default=22)
+    a = ap.parse_args()
+    compile_mode = None if a.compile_mode == "default" else a.compile_mode
+
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    built = dashboard_models.get(a.model).build("cuda", "gpu")
+    model = built.model
+    dashboard._no_dropout(model)
+    dtype = torch.bfloat16 if a.mode == "infer" else torch.float32
+    if a.mode == "infer":
+        model.eval()
+    model = model.to(dtype)
+    inputs = dashboard._cast_inputs(tuple(built.inputs), dtype)
+
+    steps = {}
+    for v in a.variants.split(","):
+        compiler = "coil" if v.startswith("coil") else v
+        opts = parse_options(a.coil_b_options if v == "coil_b" else a.coil_options)
+        steps[v] = make_step(model, inputs, a.mode, compiler, compile_mode,
+                             opts if compiler == "coil" else {})
+    for s in steps.values():
+        for _ in range(4):
+            s()
+    torch.cuda.synchronize()
+    best = {v: float("inf") for v in steps}
+    for _ in range(5):
+        for v, s in steps.items():
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(10):
+                s()
+            torch.cuda.synchronize()
+            best[v] = min(best[v], (time.perf_counter() - t) / 10 * 1e3)
+    ref = best.get("inductor")
+    print(f"{a.model} {a.mode} {a.compile_mode} on {torch.cuda.get_device_name()}: ms/step "
+          + ", ".join(f"{v} {t:.3f}" + (f" ({ref / t:.3f}x Inductor)" if ref else "")
+                      for v, t in best.items()))
+    if a.no_profile:
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    n = 5
+    for v, s in steps.items():
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                s()
+            torch.cuda.synchronize()
+        kinds: dict[str, float] = {}
+        kernels = []
+        for e in prof.key_averages():
+            t = e.self_device_time_total / n / 1e3
+            if t <= 0:
+                continue
+            kinds[kind_of(e.key)] = kinds.get(kind_of(e.key), 0.0) + t
+            kernels.append((t, e.count // n, e.key[:110]))
+        print(f"== {v}: kernel ms/step {sum(kinds.values()):.3f}: " + ", ".join(
+            f"{k} {t:.3f}" for k, t in sorted(kinds.items(), key=lambda x: -x[1])))
+        for t, count, name in sorted(kernels, reverse=True)[:a.top]:
+            print(f"   {t:7.3f} ms x{count:<3d} {kind_of(name):9s} {name}")
+
+
+if __name__ == "__main__":
+    main()
