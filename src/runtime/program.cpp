@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -238,8 +239,9 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   release_after(-1);
   std::unordered_set<int> deferred;
   const std::string provider = options.extern_provider;
-  COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library")
-      << "extern_provider must be auto, host or library, got '" << provider << "'";
+  COIL_USER_CHECK(provider == "auto" || provider == "host" || provider == "library" ||
+                  provider == "measured")
+      << "extern_provider must be auto, host, library or measured, got '" << provider << "'";
   const kernels::GemmPolicy gemm_policy = detail::parse_gemm_policy(options.cpu_gemm.c_str());
   for (size_t i = 0; i < schedule.order.size(); ++i) {
     for (int s : mem.alloc_before[i]) m.steps.push_back({StepOp::Alloc, s});
@@ -363,8 +365,14 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
       // reached through the host round trip at every size measured.
       bool is_matmul = node->kind == ExternKind::Mm || node->kind == ExternKind::Bmm ||
                        node->kind == ExternKind::Addmm;
+      // "measured": on the CPU, where both can run it, the faster for the sizes at hand.
+      const bool products_or_convs = is_matmul || node->kind == ExternKind::Convolution ||
+                                     node->kind == ExternKind::ConvolutionBackward;
       if (!host_ok) {
         call.provider = Provider::Library;
+      } else if (provider == "measured" && library_ok && m.device == Device::CPU &&
+                 products_or_convs) {
+        call.provider = Provider::Measured;
       } else if (!library_ok || provider == "host") {
         call.provider = Provider::Host;
       } else if (provider == "library" || is_matmul || m.device == Device::CUDA) {
@@ -495,7 +503,22 @@ std::string Program::describe() const {
       case StepOp::Extern: {
         const ExternCall& c = m.externs[s.index];
         out << "extern " << loop::extern_kind_name(c.kind) << " " << c.op << " ("
-            << (c.provider == Provider::Host ? "host" : "library") << ")\n";
+            << (c.provider == Provider::Host      ? "host"
+                : c.provider == Provider::Library ? "library"
+                                                  : "measured")
+            << ")\n";
+        if (c.provider == Provider::Measured) {
+          // What the measurements chose so far, per input sizes.
+          std::lock_guard<std::mutex> lock(m.measured_mutex);
+          for (const auto& [key, r] : m.measured) {
+            if (key.first != &c) continue;
+            char line[160];
+            std::snprintf(line, sizeof line, "  measured: %s (library %.3f ms, host %.3f ms)\n",
+                          r.chosen == Provider::Host ? "host" : "library", r.library_s * 1e3,
+                          r.host_s * 1e3);
+            out << line;
+          }
+        }
         break;
       }
     }

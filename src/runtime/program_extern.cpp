@@ -1,8 +1,12 @@
 // Extern-call dispatch of a Program: Program::Impl::run_extern runs one extern step through
 // cuBLASLt (cuda_matmul) or cuDNN on the GPU, the host fallback (adopting or copying its
 // results), or the library kernels of extern_kernels.h on the CPU.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,6 +29,41 @@ using detail::RunMemory;
 using detail::ViewSpec;
 using loop::BufferId;
 using loop::ExternKind;
+
+bool Program::Impl::measure_provider(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                                     const std::function<void()>& library,
+                                     const std::function<void()>& host, Provider* known) const {
+  std::pair<const ExternCall*, std::vector<int64_t>> key{&call, {}};
+  for (const RuntimeTensor& t : ins) {
+    key.second.insert(key.second.end(), t.sizes.begin(), t.sizes.end());
+    key.second.insert(key.second.end(), t.strides.begin(), t.strides.end());
+    key.second.push_back(-1);
+  }
+  {
+    std::lock_guard<std::mutex> lock(measured_mutex);
+    auto it = measured.find(key);
+    if (it != measured.end()) {
+      *known = it->second.chosen;
+      return true;
+    }
+  }
+  // Interleaved, a warm-up run of each first, best of two timed runs; the host runs last, so
+  // the step ends as a host step would (its results adopted or copied). Both are correct.
+  using Clock = std::chrono::steady_clock;
+  double best[2] = {1e300, 1e300};
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int which = 0; which < 2; ++which) {
+      const auto t0 = Clock::now();
+      (which == 0 ? library : host)();
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep > 0) best[which] = std::min(best[which], s);
+    }
+  }
+  Measurement r{best[1] < best[0] ? Provider::Host : Provider::Library, best[0], best[1]};
+  std::lock_guard<std::mutex> lock(measured_mutex);
+  measured.emplace(std::move(key), r);
+  return false;
+}
 
 bool Program::Impl::cuda_matmul(const ExternCall& call, const std::vector<RuntimeTensor>& ins,
                                 const RuntimeTensor& out, const RunContext& rc,
@@ -118,7 +157,8 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
     if (!call.host_ok)
       throw std::runtime_error("coil: cannot run " + call.op + " on the GPU: " + why);
   }
-  if (call.provider == Provider::Host || cuda) {
+  // The host: ATen through the fallback callback, its results adopted or copied.
+  auto run_host = [&] {
     std::vector<RuntimeTensor> res = fallback(call.graph_node, ins);
     if (res.size() != call.outputs.size())
       throw std::runtime_error("coil: fallback for " + call.op + " returned " +
@@ -163,65 +203,81 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
         kernels::copy(r, dst);
       }
     }
-    return;
-  }
-  std::vector<RuntimeTensor> outs;
-  for (const auto& v : call.outputs) outs.push_back(view(v, bufs, env, storages, in));
-  switch (call.kind) {
-    case ExternKind::Mm:
-    case ExternKind::Bmm:
-      kernels::matmul(ins[0], ins[1], outs[0], nullptr, 0.0, 1.0, call.gemm);
-      return;
-    case ExternKind::Addmm: {
-      double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
-      double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
-      kernels::matmul(ins[1], ins[2], outs[0], &ins[0], beta, alpha, call.gemm);
-      return;
-    }
-    case ExternKind::Convolution:
-      kernels::convolution(ins[0], ins[1], ins.size() > 2 ? &ins[2] : nullptr, call.conv, outs[0]);
-      return;
-    case ExternKind::ConvolutionBackward: {
-      // The outputs are the gradients whose output_mask entry (the last 3 ints) is set.
-      const RuntimeTensor* grads[3] = {nullptr, nullptr, nullptr};
-      size_t next = 0;
-      for (int j = 0; j < 3; ++j)
-        if (call.ints[call.ints.size() - 3 + j] != 0) grads[j] = &outs.at(next++);
-      kernels::convolution_backward(ins[0], ins[1], ins[2], call.conv, grads[0], grads[1],
-                                    grads[2]);
-      return;
-    }
-    case ExternKind::IndexPut: {
-      size_t k = ins.size() - 2;
-      std::vector<RuntimeTensor> idx(ins.begin() + 1, ins.begin() + 1 + k);
-      std::vector<int64_t> dims;
-      if (call.ints.size() > 1) {
-        dims.assign(call.ints.begin() + 1, call.ints.end());
-      } else {
-        for (size_t j = 0; j < k; ++j) dims.push_back(static_cast<int64_t>(j));
+  };
+  // coil's library kernels (extern_kernels.h), into the step's own buffers.
+  auto run_library = [&] {
+    std::vector<RuntimeTensor> outs;
+    for (const auto& v : call.outputs) outs.push_back(view(v, bufs, env, storages, in));
+    switch (call.kind) {
+      case ExternKind::Mm:
+      case ExternKind::Bmm:
+        kernels::matmul(ins[0], ins[1], outs[0], nullptr, 0.0, 1.0, call.gemm);
+        return;
+      case ExternKind::Addmm: {
+        double beta = call.scalars.size() > 0 ? call.scalars[0] : 1.0;
+        double alpha = call.scalars.size() > 1 ? call.scalars[1] : 1.0;
+        kernels::matmul(ins[1], ins[2], outs[0], &ins[0], beta, alpha, call.gemm);
+        return;
       }
-      kernels::index_put(ins[0], idx, dims, ins.back(), call.ints[0] != 0, outs[0]);
-      return;
-    }
-    case ExternKind::ScatterAdd:
-      kernels::scatter_add(ins[0], call.ints[0], ins[1], ins[2], outs[0]);
-      return;
-    case ExternKind::Cat: {
-      // Each piece into its slice of the output: a view at the running offset along dim.
-      const size_t dim = static_cast<size_t>(call.ints[0]);
-      RuntimeTensor slice = outs[0];
-      for (const RuntimeTensor& piece : ins) {
-        slice.sizes[dim] = piece.sizes[dim];
-        kernels::copy(piece, slice);
-        slice.data = static_cast<char*>(slice.data) +
-                     piece.sizes[dim] * slice.strides[dim] * dtype_size(slice.dtype);
+      case ExternKind::Convolution:
+        kernels::convolution(ins[0], ins[1], ins.size() > 2 ? &ins[2] : nullptr, call.conv,
+                             outs[0]);
+        return;
+      case ExternKind::ConvolutionBackward: {
+        // The outputs are the gradients whose output_mask entry (the last 3 ints) is set.
+        const RuntimeTensor* grads[3] = {nullptr, nullptr, nullptr};
+        size_t next = 0;
+        for (int j = 0; j < 3; ++j)
+          if (call.ints[call.ints.size() - 3 + j] != 0) grads[j] = &outs.at(next++);
+        kernels::convolution_backward(ins[0], ins[1], ins[2], call.conv, grads[0], grads[1],
+                                      grads[2]);
+        return;
       }
-      return;
+      case ExternKind::IndexPut: {
+        size_t k = ins.size() - 2;
+        std::vector<RuntimeTensor> idx(ins.begin() + 1, ins.begin() + 1 + k);
+        std::vector<int64_t> dims;
+        if (call.ints.size() > 1) {
+          dims.assign(call.ints.begin() + 1, call.ints.end());
+        } else {
+          for (size_t j = 0; j < k; ++j) dims.push_back(static_cast<int64_t>(j));
+        }
+        kernels::index_put(ins[0], idx, dims, ins.back(), call.ints[0] != 0, outs[0]);
+        return;
+      }
+      case ExternKind::ScatterAdd:
+        kernels::scatter_add(ins[0], call.ints[0], ins[1], ins[2], outs[0]);
+        return;
+      case ExternKind::Cat: {
+        // Each piece into its slice of the output: a view at the running offset along dim.
+        const size_t dim = static_cast<size_t>(call.ints[0]);
+        RuntimeTensor slice = outs[0];
+        for (const RuntimeTensor& piece : ins) {
+          slice.sizes[dim] = piece.sizes[dim];
+          kernels::copy(piece, slice);
+          slice.data = static_cast<char*>(slice.data) +
+                       piece.sizes[dim] * slice.strides[dim] * dtype_size(slice.dtype);
+        }
+        return;
+      }
+      case ExternKind::Fallback:
+        break;
     }
-    case ExternKind::Fallback:
-      break;
+    COIL_INTERNAL_ERROR() << "extern " << call.op << " has no library path";
+  };
+  Provider provider = call.provider;
+  if (provider == Provider::Measured) {
+    if (cuda) {
+      provider = Provider::Host;  // (not chosen on the GPU: see program.cpp)
+    } else if (!measure_provider(call, ins, run_library, run_host, &provider)) {
+      return;  // measured: both ran, and their (equal) results are in place
+    }
   }
-  COIL_INTERNAL_ERROR() << "extern " << call.op << " has no library path";
+  if (provider == Provider::Host || cuda) {
+    run_host();
+  } else {
+    run_library();
+  }
 }
 
 }  // namespace coil::runtime

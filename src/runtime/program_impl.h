@@ -6,7 +6,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,7 +60,9 @@ struct RangeCheck {
   std::string name;
 };
 
-enum class Provider : uint8_t { Library, Host };
+// Measured: the CPU runs whichever of the two was faster for these input sizes, timed on the
+// step's first run (extern_provider "measured", which mode="max-autotune" sets).
+enum class Provider : uint8_t { Library, Host, Measured };
 
 struct ExternCall {
   loop::ExternKind kind;
@@ -173,6 +178,23 @@ struct Program::Impl {
   // (program_extern.cpp).
   bool cuda_matmul(const detail::ExternCall& call, const std::vector<RuntimeTensor>& ins,
                    const RuntimeTensor& out, const RunContext& rc, std::string* why) const;
+
+  // Provider::Measured steps: the provider each ran with, per input sizes, and the two timings
+  // (seconds) that chose it (program_extern.cpp: measured_provider).
+  struct Measurement {
+    detail::Provider chosen;
+    double library_s, host_s;
+  };
+  mutable std::mutex measured_mutex;
+  mutable std::map<std::pair<const detail::ExternCall*, std::vector<int64_t>>, Measurement>
+      measured;
+
+  // A Provider::Measured step: true with *known set where these input sizes were measured;
+  // else runs `library` and `host` in turn (both write the step's outputs), records the faster
+  // and returns false.
+  bool measure_provider(const detail::ExternCall& call, const std::vector<RuntimeTensor>& ins,
+                        const std::function<void()>& library, const std::function<void()>& host,
+                        detail::Provider* known) const;
 
   // Runs one extern step (program_extern.cpp).
   void run_extern(const detail::ExternCall& call, std::vector<void*>& bufs, const int64_t* env,

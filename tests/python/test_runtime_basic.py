@@ -125,6 +125,46 @@ def test_convolution(provider):
                                atol=1e-4, rtol=1e-4)
 
 
+def test_measured_provider_times_both_then_runs_the_faster():
+    # extern_provider="measured" (mode="max-autotune"): the first run of each input size runs
+    # coil's library kernel and ATen's (the fallback) in turn, three times each, and keeps the
+    # faster; later runs take it. Every run's answer is right whichever ran last.
+    text = """graph(%0: f32[2, 3, 10, 10], %1: f32[4, 3, 3, 3], %2: f32[4]):
+  %3: f32[2, 4, 5, 5] = aten.convolution.default(%0, %1, %2, [2, 2], [1, 1], [1, 1], false, [0, 0], 1)
+  return (%3)
+"""
+    calls = []
+
+    def fallback(node, inputs):
+        calls.append(node)
+        x, w, b = inputs
+        return [torch.ops.aten.convolution.default(x, w, b, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)]
+
+    g = C.compile(text, {"extern_provider": "measured", "cpu_native_convolutions": False}, fallback)
+    assert "(measured)" in g.describe() and "measured:" not in g.describe()
+    x, w, b = torch.randn(2, 3, 10, 10), torch.randn(4, 3, 3, 3), torch.randn(4)
+    expect = torch.nn.functional.conv2d(x, w, b, stride=2, padding=1)
+    (out,) = g.run([x, w, b])
+    torch.testing.assert_close(out, expect, atol=1e-4, rtol=1e-4)
+    assert len(calls) == 3
+    chosen = [line for line in g.describe().splitlines() if "measured:" in line]
+    assert len(chosen) == 1, g.describe()
+    host = chosen[0].split()[1] == "host"
+    for _ in range(2):
+        x = torch.randn(2, 3, 10, 10)
+        (out,) = g.run([x, w, b])
+        torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, b, stride=2, padding=1),
+                                   atol=1e-4, rtol=1e-4)
+    assert len(calls) == 3 + (2 if host else 0)
+
+
+def test_measured_provider_is_a_known_value():
+    with pytest.raises(Exception, match="auto, host, library or measured"):
+        C.compile("graph(%0: f32[2, 2]):\n  %1: f32[2, 2] = aten.mm.default(%0, %0)\n"
+                  "  return (%1)\n",
+                  {"extern_provider": "fastest"}, None)
+
+
 def test_index_put_accumulate_and_scatter_add():
     text = """graph(%0: f32[6, 3], %1: i64[5], %2: f32[5, 3], %3: i64[2, 3], %4: f32[2, 3]):
   %5: f32[6, 3] = aten.index_put.default(%0, [%1], %2, true)
