@@ -540,9 +540,14 @@ def mode_options(mode: str | None) -> dict[str, Any]:
         _warn_once(f"mode={mode!r}: coil has no matrix-product templates yet; kernels are "
                    "chosen as in the default mode"
                    + (", with reduce-overhead's CUDA graphs" if mode == "max-autotune" else ""))
+    opts: dict[str, Any] = {}
     if mode in ("reduce-overhead", "max-autotune"):
-        return {"reduce_overhead": True}
-    return {}
+        opts["reduce_overhead"] = True
+    if mode.startswith("max-autotune"):
+        # CPU products and convolutions: coil's library kernels or ATen's, whichever measured
+        # faster on the first run of each size (runtime/program_extern.cpp: measure_provider).
+        opts["extern_provider"] = "measured"
+    return opts
 
 
 def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],

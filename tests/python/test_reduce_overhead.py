@@ -23,13 +23,37 @@ def test_modes_stand_for_options():
     assert backend.mode_options(None) == {}
     assert backend.mode_options("default") == {}
     assert backend.mode_options("reduce-overhead") == {"reduce_overhead": True}
-    assert backend.mode_options("max-autotune") == {"reduce_overhead": True}
-    assert backend.mode_options("max-autotune-no-cudagraphs") == {}
+    measured = {"extern_provider": "measured"}
+    assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **measured}
+    assert backend.mode_options("max-autotune-no-cudagraphs") == measured
     with pytest.raises(ValueError, match="unknown torch.compile mode 'fast'"):
         backend.mode_options("fast")
     assert build_options({}).reduce_overhead is False
     o = build_options({"reduce_overhead": "1", "cuda_graph_max_captures": "3"})
     assert o.reduce_overhead and o.cuda_graph_max_captures == 3
+
+
+def test_max_autotune_on_the_cpu_measures_products_and_convolutions():
+    """On the CPU the max-autotune modes time coil's library kernel against ATen's for each
+    product and convolution on its first run (extern_provider="measured"), then keep the
+    faster; answers match eager on every call, forward and backward."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(8 * 6 * 6, 5))
+    ref = copy.deepcopy(model)
+    f = torch.compile(model, backend="coil", mode="max-autotune-no-cudagraphs")
+    for _ in range(3):
+        x = torch.randn(4, 3, 6, 6)
+        out, expect = f(x), ref(x)
+        torch.testing.assert_close(out, expect, atol=1e-4, rtol=1e-4)
+        out.square().sum().backward()
+        expect.square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-3, rtol=1e-3)
+    texts = [fn.compiled.describe() for fn in list(backend._graph_fns)]
+    assert any("(measured)" in t for t in texts), texts
+    assert sum(t.count("  measured: ") for t in texts) >= 2, texts
 
 
 def test_static_inputs_and_user_outputs_from_aot_metadata():
