@@ -125,6 +125,17 @@ def main() -> None:
     print(f"{a.model} {a.mode} {a.compile_mode} on {torch.cuda.get_device_name()}: ms/step "
           + ", ".join(f"{v} {t:.3f}" + (f" ({ref / t:.3f}x Inductor)" if ref else "")
                       for v, t in best.items()))
+    # Peak memory of one step above what was live before it (parameters, inputs, the
+    # optimizer's state): in training mostly what the forward saves for the backward.
+    peaks = {}
+    for v, s in steps.items():
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        s()
+        torch.cuda.synchronize()
+        peaks[v] = (torch.cuda.max_memory_allocated() - base) / 2**20
+    print("peak MiB above the step's start: " + ", ".join(f"{v} {m:.0f}" for v, m in peaks.items()))
     if a.no_profile:
         return
     from torch.profiler import ProfilerActivity, profile

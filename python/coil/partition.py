@@ -46,6 +46,21 @@ def _is_view(node: fx.Node) -> bool:
             and isinstance(node.args[0], fx.Node))
 
 
+# Views that only reshape (same elements in the same order where input and result are
+# contiguous): the backward can take the inverse view.
+_RESHAPE_OPS = frozenset({
+    aten.view.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+    aten.unsqueeze.default, aten._unsafe_view.default, aten.reshape.default,
+})
+
+
+def _static_contiguous(v: torch.Tensor) -> bool:
+    try:
+        return all(isinstance(d, int) for d in v.shape) and v.is_contiguous()
+    except Exception:  # a symbolic size whose contiguity is not decidable
+        return False
+
+
 def _is_primal(node: fx.Node) -> bool:
     return node.op == "placeholder" and str(node.target).startswith("primals")
 
@@ -107,6 +122,23 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     def available(n: fx.Node) -> bool:
         return n in forward and n not in mutated and (_is_primal(n) or n in read)
 
+    def saved_view_of(n: fx.Node) -> fx.Node | None:
+        """An available reshaping view of n (same elements, both contiguous), from which the
+        backward gets n back as a view: BatchNorm's keepdim mean and inverse std, whose
+        squeezed copies the backward reads anyway, where a chain needs the keepdim ones."""
+        v = n.meta.get("val")
+        if n not in forward or n in mutated or not isinstance(v, torch.Tensor):
+            return None
+        if not _static_contiguous(v):
+            return None
+        for u in n.users:
+            w = u.meta.get("val")
+            if (u.op == "call_function" and u.target in _RESHAPE_OPS and u.args[0] is n
+                    and available(u) and isinstance(w, torch.Tensor)
+                    and _static_contiguous(w) and w.numel() == v.numel()):
+                return u
+        return None
+
     def recomputable(n: fx.Node) -> bool:
         return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
 
@@ -119,7 +151,7 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
             m = stack.pop()
             if m in need:
                 continue
-            if m is not n and available(m):
+            if m is not n and (available(m) or saved_view_of(m) is not None):
                 continue
             if m in mutated or not recomputable(m):
                 return False
@@ -147,6 +179,13 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
             return clones[n]
         if available(n) and n not in taken:
             return n  # saved, as it is
+        if n not in taken and (u := saved_view_of(n)) is not None:
+            # n again, as a view of its saved reshaped copy.
+            with graph.inserting_after(cursor):
+                c = graph.call_function(aten.view.default, (u, list(n.meta["val"].shape)))
+            c.meta["val"] = n.meta["val"]
+            clones[n] = cursor = c
+            return c
         args = {a: clone(a) for a in n.all_input_nodes
                 if isinstance(a.meta.get("val"), torch.Tensor)}
         with graph.inserting_after(cursor):

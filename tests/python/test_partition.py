@@ -104,3 +104,39 @@ def test_pointwise_values_taken_again_match_eager_and_are_not_saved(monkeypatch)
         (fn,) = [f for f in _forward_fns() if id(f) not in before]
         counts[on] = [k for k, _ in fn.exported.output_spec].count("tensor")
     assert counts[True] < counts[False], counts
+
+
+def test_batch_norm_outputs_taken_again_through_saved_statistics(monkeypatch):
+    """A BatchNorm's output is computed from its input and its keepdim mean and inverse std;
+    the backward reads the squeezed statistics, so the keepdim ones come back as views of
+    those, and the normalized (and ReLU6-clamped, in place as torchvision writes it) values
+    are computed again instead of saved. Forced as on the GPU (recompute_pointwise): training
+    matches eager, and the forward saves fewer activations than without the pass."""
+    from coil import partition
+
+    def block():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU6(inplace=True), torch.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+            torch.nn.BatchNorm2d(8), torch.nn.ReLU6(inplace=True), torch.nn.Conv2d(8, 4, 1))
+
+    saved = {}
+    for on in (False, True):
+        torch._dynamo.reset()
+        monkeypatch.setattr(partition, "_on_cuda", lambda joint: on)
+        torch.manual_seed(0)
+        eager_model = block()
+        model = copy.deepcopy(eager_model)
+        x = torch.randn(2, 3, 8, 8)
+        before = set(map(id, _forward_fns()))
+        compiled = torch.compile(model, backend="coil", options={"strict": True})
+        got = _train(model, compiled, x)
+        want = _train(eager_model, eager_model, x)
+        _assert_same_training(got, want)
+        for a, b in zip(model.buffers(), eager_model.buffers()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        (fn,) = [f for f in _forward_fns() if id(f) not in before]
+        saved[on] = [k for k, _ in fn.exported.output_spec].count("tensor")
+    # Without the pass each layer saves its convolution's output, BatchNorm's output and the
+    # clamped copy; with it, the convolutions' outputs (and the statistics) only.
+    assert saved[True] <= saved[False] - 4, saved
