@@ -82,6 +82,10 @@ struct Orientation {
   int64_t ld;
 };
 std::optional<Orientation> orientation(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  // Vectors first: a [K, 1] column of unit stride is contiguous along its rows whatever its
+  // column stride says (and has no leading dim to align).
+  if (cols == 1 && s0 == 1) return Orientation{false, 0};
+  if (rows == 1 && s1 == 1) return Orientation{true, 0};
   if (s1 == 1 || cols == 1) return Orientation{true, rows == 1 ? 0 : s0};
   if (s0 == 1 || rows == 1) return Orientation{false, cols == 1 ? 0 : s1};
   return std::nullopt;

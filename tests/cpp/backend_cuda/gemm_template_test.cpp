@@ -106,6 +106,14 @@ TEST(GemmTemplate, PlanReadsLayoutsAndRefusesUnalignedOperands) {
   g = row_major(DType::BFloat16, 1, 64, 7);
   g.a.stride0 = 7;
   EXPECT_TRUE(cu::gemm_template_plan(g, &why)) << why;
+  // A column vector B [K, 1] (x @ w for a one-output w) reads K contiguously, no leading dim.
+  g = row_major(DType::BFloat16, 64, 1, 7);
+  g.a.stride0 = 8;
+  g.b = {g.b.data, 1, 1, 0};
+  p = cu::gemm_template_plan(g, &why);
+  ASSERT_TRUE(p) << why;
+  EXPECT_TRUE(p->spec.b_k_contig);
+  EXPECT_EQ(p->ldb, 0);
   // Broadcast strides: neither row- nor column-major.
   g = row_major(DType::BFloat16, 64, 64, 64);
   g.b = {g.b.data, 0, 0, 0};
