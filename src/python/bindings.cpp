@@ -462,6 +462,7 @@ NB_MODULE(_coil, m) {
       d["detail"] = e.detail;
       d["cublaslt_ms"] = e.cublaslt_ms;
       d["template_ms"] = e.template_ms;
+      d["best_template"] = e.best_template;
       out.append(d);
     }
     return out;

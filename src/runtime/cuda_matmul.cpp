@@ -393,6 +393,7 @@ std::optional<cu::GemmTileConfig> measure(const cu::GemmArgs& g, const cu::GemmT
     if (best_ms < ev->cublaslt_ms) chosen = cands[best];
   }
   ev->template_ms = best >= 0 ? best_ms : -1;
+  if (best >= 0) ev->best_template = cands[best].name();
   ev->detail = detail.str();
   return chosen;
 }

@@ -454,8 +454,10 @@ std::string gemm_template_source(const GemmTileConfig& c, const GemmKernelSpec& 
     << ", BLOCK_K = " << c.block_k << ";\n"
     << "constexpr int WARPS_M = " << c.warps_m() << ", WARPS_N = " << c.warps_n() << ";\n"
     << "constexpr int STAGES = " << c.stages << ";\n"
-    << "constexpr bool A_K_CONTIG = " << flag(spec.a_k_contig) << ";  // A [M,K] row-major\n"
-    << "constexpr bool B_K_CONTIG = " << flag(spec.b_k_contig) << ";  // B [K,N] column-major\n"
+    << "constexpr bool A_K_CONTIG = " << flag(spec.a_k_contig)
+    << ";  // true: A [M,K] row-major (K contiguous); false: M contiguous\n"
+    << "constexpr bool B_K_CONTIG = " << flag(spec.b_k_contig)
+    << ";  // true: B [K,N] column-major (K contiguous); false: N contiguous\n"
     << "constexpr bool HAS_BIAS = " << flag(spec.bias) << ";\n"
     << "constexpr int ACTIVATION = " << spec.activation << ";  // 0 none, 1 ReLU, 2 GELU-tanh\n"
     << "#define COIL_GEMM_NAME " << gemm_template_kernel_name(c, spec) << "\n"

@@ -100,7 +100,8 @@ struct GemmTemplateEvent {
   std::string choice;  // "cublaslt" or a configuration name
   std::string how;     // "measured", "disk cache", "forced", "fallback", "rejected"
   std::string detail;  // per candidate times and errors, or the reason for a fallback
-  double cublaslt_ms = -1, template_ms = -1;
+  double cublaslt_ms = -1, template_ms = -1;  // measured: cuBLASLt's, the best template's
+  std::string best_template;                  // measured: the fastest correct candidate
 };
 void record_gemm_template_event(GemmTemplateEvent e);
 std::vector<GemmTemplateEvent> gemm_template_events();
