@@ -479,6 +479,29 @@ NB_MODULE(_coil, m) {
       names.push_back(c.name());
     return names;
   });
+  // The kernel's source in its parts {preamble, constants, ptx, kernel} (gemm_template.h; the
+  // host emulation test runs the kernel's text with the PTX part emulated).
+  m.def("gemm_template_source_parts",
+        [parse_dtype](const std::string& config, const std::string& dtype, bool a_k_contig,
+                      bool b_k_contig, bool bias, int activation) {
+          auto c = backend::cuda::parse_gemm_config(config);
+          if (!c) throw std::invalid_argument("not a GEMM tile configuration: " + config);
+          backend::cuda::GemmKernelSpec s;
+          s.dtype = parse_dtype(dtype);
+          s.a_k_contig = a_k_contig;
+          s.b_k_contig = b_k_contig;
+          s.bias = bias;
+          s.activation = activation;
+          auto p = backend::cuda::gemm_template_source_parts(*c, s);
+          nb::dict d;
+          d["preamble"] = p.preamble;
+          d["constants"] = p.constants;
+          d["ptx"] = p.ptx;
+          d["kernel"] = p.kernel;
+          d["smem_bytes"] = backend::cuda::gemm_template_smem_bytes(*c, s);
+          d["threads"] = 32 * c->warps;
+          return d;
+        });
   // Compiles the kernel of `config` for (dtype, operand layouts, epilogue) to a cubin for
   // sm_<cc>; returns the kernel's name and the cubin's size. CompileError with NVRTC's log.
   m.def("gemm_template_compile",

@@ -383,3 +383,80 @@ def test_every_config_compiles_with_nvrtc(tag):
         name, size = C.gemm_template_compile(config, dtype, bool(i & 1), bool(i & 2), True, 2,
                                              90, _nvrtc_options())
         assert name.startswith("coil_gemm_" + config) and size > 1000, (config, name, size)
+
+
+# --------------------------------------------------------------------------------------------
+# Any machine with g++: the kernel's own text run on the host (gemm_template_emulator.cpp:
+# threads for the GPU threads, the PTX functions emulated from the ISA's fragment layouts,
+# cp.async copies landing late or early), against a float64 reference, with shared-memory,
+# global-read and store bounds checked. What it cannot show: timing, and the hardware's own
+# reading of the PTX (the GPU tests above).
+
+_EMULATOR = os.path.join(os.path.dirname(__file__), "gemm_template_emulator.cpp")
+# Of the largest |reference| value: the output rounding of the dtype (a half ulp) and float
+# accumulation.
+_EMU_TOL = {"bfloat16": 5e-3, "float16": 1e-3, "float32": 1e-4}
+_EMU_CASES = [
+    # (config index, A layout, B layout, epilogue (bias, activation, alpha), shapes m x n x k x b)
+    (0, True, False, (True, 2, 1.0), ["130x260x40x1", "1x1x1x1"]),
+    (1, False, True, (False, 1, 1.0), ["260x130x33x1"]),
+    (2, True, True, (True, 0, 1.0), ["129x129x70x1"]),
+    (3, False, False, (False, 0, 0.5), ["127x255x97x2"]),
+    (4, True, False, (False, 2, 1.0), ["200x70x129x1"]),
+    (5, False, True, (True, 1, 1.0), ["70x200x65x1"]),
+    (6, True, True, (False, 0, 1.0), ["65x65x200x3", "7x1x33x1"]),
+    (7, False, False, (True, 2, 1.0), ["33x70x100x2", "1x33x7x1"]),
+]
+
+
+def _gxx():
+    from shutil import which
+
+    return which("g++")
+
+
+def _build_emulation(parts, path):
+    src = (f'#define EMU_PART 1\n#include "{_EMULATOR}"\n' + parts["preamble"]
+           + parts["constants"] + f'#undef EMU_PART\n#define EMU_PART 2\n#include "{_EMULATOR}"\n'
+           + parts["kernel"] + f'#undef EMU_PART\n#define EMU_PART 3\n#include "{_EMULATOR}"\n')
+    path.with_suffix(".cpp").write_text(src)
+    proc = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas",
+                           str(path.with_suffix(".cpp")), "-o", str(path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+
+
+# One case per dtype by default (each builds a program: seconds of g++), every case with
+# COIL_SLOW=1 (f16 on every other: it shares bf16's code but for the conversions).
+_EMU_QUICK = {("bfloat16", 0), ("float32", 3), ("float16", 6)}
+_EMU_PARAMS = [
+    pytest.param(dtype, case, id=f"{dtype}-{case}",
+                 marks=() if (dtype, case) in _EMU_QUICK else pytest.mark.slow)
+    for dtype in ("bfloat16", "float16", "float32") for case in range(len(_EMU_CASES))
+    if not (dtype == "float16" and case % 2)
+]
+
+
+@pytest.mark.parametrize("dtype,case", _EMU_PARAMS)
+def test_emulated_kernel(dtype, case, tmp_path):
+    if not _gxx():
+        pytest.skip("no g++ to build the host emulation")
+    index, a_k, b_k, (bias, act, alpha), shapes = _EMU_CASES[case]
+    config = C.gemm_template_configs(dtype)[index]
+    parts = C.gemm_template_source_parts(config, dtype, a_k, b_k, bias, act)
+    binary = tmp_path / "emu"
+    _build_emulation(parts, binary)
+    for shape in shapes:
+        m, n, k, batch = shape.split("x")
+        for late in ("1", "0"):
+            what = (f"{config} {dtype} A {'K' if a_k else 'M'}-contiguous, B "
+                    f"{'K' if b_k else 'N'}-contiguous, bias {bias}, activation {act}, alpha "
+                    f"{alpha}, [{batch}] {m} x {n} x {k}, cp.async {'late' if late == '1' else 'early'}")
+            proc = subprocess.run([str(binary), m, n, k, batch, str(int(bias)), str(act),
+                                   str(alpha), late, str(parts["smem_bytes"])],
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, f"{what}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+            fields = proc.stdout.split()
+            err, ref = float(fields[1]), float(fields[3])
+            assert err <= _EMU_TOL[dtype] * max(ref, 1e-6), \
+                f"{what}: max error {err}, max |ref| {ref}"

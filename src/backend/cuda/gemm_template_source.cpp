@@ -9,10 +9,13 @@
 namespace coil::backend::cuda {
 namespace {
 
-// The kernel, parameterized by the preamble's constants:
-//   elem_t, IS_TF32, IS_BF16, BLOCK_M, BLOCK_N, BLOCK_K, WARPS_M, WARPS_N, STAGES,
-//   A_K_CONTIG, B_K_CONTIG, HAS_BIAS, ACTIVATION, and the macro COIL_GEMM_NAME.
-constexpr const char* kBody = R"(
+// The kernel in three parts, parameterized by the preamble's constants (elem_t, IS_TF32,
+// IS_BF16, BLOCK_M, BLOCK_N, BLOCK_K, WARPS_M, WARPS_N, STAGES, A_K_CONTIG, B_K_CONTIG,
+// HAS_BIAS, ACTIVATION, and the macro COIL_GEMM_NAME): the derived constants, the PTX
+// instructions behind small functions, and the kernel, which uses PTX only through them (so a
+// host emulation of those functions can run the kernel's own text: the GEMM tests on machines
+// without a GPU, tests/python/gemm_template_emulator.cpp).
+constexpr const char* kConstants = R"(
 typedef long long i64;
 typedef unsigned int u32;
 
@@ -48,7 +51,9 @@ static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "tile copy mus
 // Blocks are numbered in groups of GROUP_M tile rows, so that blocks running together share
 // rows of A and columns of B in the L2.
 constexpr int GROUP_M = 8;
+)";
 
+constexpr const char* kPtx = R"(
 __device__ __forceinline__ u32 shared_address(const void* p) {
   u32 r;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
@@ -135,7 +140,9 @@ __device__ __forceinline__ T from_float(float f) {
     return r;
   }
 }
+)";
 
+constexpr const char* kKernel = R"(
 // alpha, bias and the activation on one accumulator element of column `col`.
 __device__ __forceinline__ float epilogue(float acc, float alpha, const elem_t* bias, i64 col) {
   float v = alpha * acc;
@@ -440,6 +447,12 @@ std::string gemm_template_kernel_name(const GemmTileConfig& c, const GemmKernelS
 }
 
 std::string gemm_template_source(const GemmTileConfig& c, const GemmKernelSpec& spec) {
+  const GemmTemplateSourceParts p = gemm_template_source_parts(c, spec);
+  return p.preamble + p.constants + p.ptx + p.kernel;
+}
+
+GemmTemplateSourceParts gemm_template_source_parts(const GemmTileConfig& c,
+                                                   const GemmKernelSpec& spec) {
   const bool tf32 = spec.dtype == DType::Float32;
   auto flag = [](bool b) { return b ? "true" : "false"; };
   std::ostringstream s;
@@ -460,9 +473,8 @@ std::string gemm_template_source(const GemmTileConfig& c, const GemmKernelSpec& 
     << ";  // true: B [K,N] column-major (K contiguous); false: N contiguous\n"
     << "constexpr bool HAS_BIAS = " << flag(spec.bias) << ";\n"
     << "constexpr int ACTIVATION = " << spec.activation << ";  // 0 none, 1 ReLU, 2 GELU-tanh\n"
-    << "#define COIL_GEMM_NAME " << gemm_template_kernel_name(c, spec) << "\n"
-    << kBody;
-  return s.str();
+    << "#define COIL_GEMM_NAME " << gemm_template_kernel_name(c, spec) << "\n";
+  return {s.str(), kConstants, kPtx, kKernel};
 }
 
 std::string gemm_template_compare_source() { return kCompare; }

@@ -59,6 +59,14 @@ std::string gemm_template_kernel_name(const GemmTileConfig& c, const GemmKernelS
 
 // The CUDA C++ source of one kernel (self-contained: no headers, no prelude).
 std::string gemm_template_source(const GemmTileConfig& c, const GemmKernelSpec& spec);
+// The same text in its parts, in order: the preamble (this kernel's constants), the derived
+// constants, the PTX instructions behind small functions, the kernel (using PTX only through
+// them). The host emulation test replaces the third part.
+struct GemmTemplateSourceParts {
+  std::string preamble, constants, ptx, kernel;
+};
+GemmTemplateSourceParts gemm_template_source_parts(const GemmTileConfig& c,
+                                                   const GemmKernelSpec& spec);
 
 // Kernels coil_gemm_compare_{bf16,f16,f32}(x, ref, batch, rows, cols, ld, batch_stride,
 // unsigned out[2]): out[0] = max |x - ref| (NaN or unequal infinities: infinity), out[1] =
