@@ -144,8 +144,9 @@ struct TemplateState {
   std::mutex mu;                                                    // guards the maps
   std::map<std::string, std::optional<cu::GemmTileConfig>> choice;  // nullopt: cuBLASLt
   std::map<std::string, LoadedKernel> kernels;                      // "<ordinal> <kernel name>"
-  std::map<int, LoadedKernel> compare;  // per device ordinal and dtype: ordinal*4+dtype
-  std::mutex measure_mu;                // one measurement at a time (each holds scratch memory)
+  std::map<int, LoadedKernel> compare;      // per device ordinal and dtype: ordinal*4+dtype
+  std::map<int, std::string> device_names;  // per ordinal (a driver call otherwise)
+  std::mutex measure_mu;                    // one measurement at a time (each holds scratch memory)
 };
 TemplateState& state() {
   static auto* s = new TemplateState();  // process lifetime, as the modules it holds
@@ -160,9 +161,19 @@ double max_rel_error(DType t) { return t == DType::BFloat16 ? 3e-2 : 1e-2; }
 std::string key_of(const cu::GemmArgs& g, const cu::GemmTemplateProblem& p,
                    const CudaSteps& steps) {
   const cu::DeviceInfo& dev = steps.device();
+  std::string name;
+  {
+    TemplateState& st = state();
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.device_names.find(dev.ordinal);
+    if (it == st.device_names.end()) {
+      std::string found = cu::device_name(dev.ordinal);
+      if (found.empty()) found = "sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor);
+      it = st.device_names.emplace(dev.ordinal, found).first;
+    }
+    name = it->second;
+  }
   std::ostringstream k;
-  std::string name = cu::device_name(dev.ordinal);
-  if (name.empty()) name = "sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor);
   k << name << " " << dev.sm_count << "sm " << p.spec.name() << " b" << g.batch << " " << g.m << "x"
     << g.n << "x" << g.k << " ld " << p.lda << "," << p.ldb << "," << g.c_stride0 << " bs "
     << g.a.batch_stride << "," << g.b.batch_stride << "," << g.c_batch_stride;
