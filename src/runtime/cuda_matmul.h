@@ -16,12 +16,12 @@ namespace coil::runtime::detail {
 // its own operands into scratch outputs, drops a candidate whose result disagrees with
 // cuBLASLt's, and keeps the fastest (the template only where faster), in memory and in
 // <cache_dir>/cuda/gemm; a template that fails to compile or launch falls back to cuBLASLt,
-// recorded in gemm_template_events() (gemm_template.h). cuBLASLt's fast kernels load 16 bytes at a time, so they need every
-// leading dimension, base pointer and contiguous extent aligned to 16 bytes; an odd dimension
-// (GPT-2's 50257-word vocabulary) otherwise gets a kernel that ran 3-7x slower on the H100. A
-// large product with such a dimension runs on zero-padded copies of its operands (and into a
-// padded output that is then copied out), as Inductor's pad_mm does. False (with *why) where
-// cuBLASLt cannot take the product at all.
+// recorded in gemm_template_events() (gemm_template.h). cuBLASLt's fast kernels load 16 bytes at a
+// time, so they need every leading dimension, base pointer and contiguous extent aligned to 16
+// bytes; an odd dimension (GPT-2's 50257-word vocabulary) otherwise gets a kernel that ran 3-7x
+// slower on the H100. A large product with such a dimension runs on zero-padded copies of its
+// operands (and into a padded output that is then copied out), as Inductor's pad_mm does. False
+// (with *why) where cuBLASLt cannot take the product at all.
 bool run_gemm(const backend::cuda::GemmArgs& g, const CudaSteps& steps, const RunContext& rc,
               std::string* why);
 

@@ -23,6 +23,7 @@
 // 0, or prints what went wrong and exits 1.
 
 #if EMU_PART == 1
+#include <math.h>
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -30,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <math.h>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -55,8 +55,8 @@ alignas(16) unsigned char smem_bytes[256 * 1024];
 int emu_smem_limit = 0;
 
 [[noreturn]] void emu_fail(const char* what, long long a = 0, long long b = 0) {
-  std::printf("EMULATION FAILURE: %s (%lld, %lld) thread %u block %u,%u\n", what, a, b,
-              threadIdx.x, blockIdx.x, blockIdx.y);
+  std::printf("EMULATION FAILURE: %s (%lld, %lld) thread %u block %u,%u\n", what, a, b, threadIdx.x,
+              blockIdx.x, blockIdx.y);
   std::fflush(stdout);
   std::_Exit(1);
 }
@@ -95,7 +95,8 @@ bool emu_late = true;
 
 inline void emu_check_smem(u32 offset, int bytes) {
   if (offset % 16 != 0 && bytes == 16) emu_fail("unaligned 16-byte shared access", offset);
-  if (int(offset) + bytes > emu_smem_limit) emu_fail("shared memory overflow", offset, emu_smem_limit);
+  if (int(offset) + bytes > emu_smem_limit)
+    emu_fail("shared memory overflow", offset, emu_smem_limit);
 }
 
 u32 shared_address(const void* p) {
@@ -252,7 +253,7 @@ T from_float(float f) {
     u32 u;
     std::memcpy(&u, &f, 4);
     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return 0x7fc0;  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                                       // to nearest even
+    u += 0x7fffu + ((u >> 16) & 1u);                                         // to nearest even
     return T(u >> 16);
   } else {
     _Float16 h = _Float16(f);
@@ -294,9 +295,11 @@ int main(int argc, char** argv) {
   std::vector<elem_t> A(batch * a_batch, nan_value), B(batch * b_batch, nan_value);
   for (long long bi = 0; bi < batch; ++bi) {
     for (long long r = 0; r < a_rows; ++r)
-      for (long long c = 0; c < a_cols; ++c) A[bi * a_batch + r * lda + c] = from_float<elem_t>(normal(rng));
+      for (long long c = 0; c < a_cols; ++c)
+        A[bi * a_batch + r * lda + c] = from_float<elem_t>(normal(rng));
     for (long long r = 0; r < b_rows; ++r)
-      for (long long c = 0; c < b_cols; ++c) B[bi * b_batch + r * ldb + c] = from_float<elem_t>(normal(rng));
+      for (long long c = 0; c < b_cols; ++c)
+        B[bi * b_batch + r * ldb + c] = from_float<elem_t>(normal(rng));
   }
   std::vector<elem_t> bias_row(n);
   for (auto& v : bias_row) v = from_float<elem_t>(normal(rng));
@@ -361,7 +364,8 @@ int main(int argc, char** argv) {
         double v = alpha * sum;
         if (bias) v += to_float(bias_row[j]);
         if (activation == 1) v = v > 0 ? v : 0;
-        if (activation == 2) v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        if (activation == 2)
+          v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
         const double got = to_float(Cp[bi * c_batch + i * ldc + j]);
         const double err = std::fabs(got - v);
         if (!(err <= 1e30)) {
