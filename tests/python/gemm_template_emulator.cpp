@@ -19,7 +19,7 @@
 //
 // The program is assembled by the test as: EMU_PART 1 (macros), the template's preamble and
 // constants, EMU_PART 2 (the PTX functions), the template's kernel, EMU_PART 3 (main).
-// main: m n k batch bias activation alpha late  ->  prints "max_err <e> max_ref <r>" and exits
+// main: m n k batch bias activation alpha late smem_bytes  ->  prints "max_err <e> max_ref <r>" and exits
 // 0, or prints what went wrong and exits 1.
 
 #if EMU_PART == 1
@@ -287,8 +287,11 @@ int main(int argc, char** argv) {
   auto pad = [](long long x) { return (x + VEC - 1) / VEC * VEC + VEC; };
   const long long a_rows = A_K_CONTIG ? m : k, a_cols = A_K_CONTIG ? k : m;
   const long long b_rows = B_K_CONTIG ? n : k, b_cols = B_K_CONTIG ? k : n;
-  const long long lda = pad(a_cols), ldb = pad(b_cols), ldc = n + 3;
-  const long long a_batch = a_rows * lda, b_batch = b_rows * ldb, c_batch = m * ldc + 5;
+  // C's rows: odd (element stores) with late copies, even (the paired stores) with early ones.
+  const int c_pairs = emu_late ? 0 : 1;
+  const long long lda = pad(a_cols), ldb = pad(b_cols), ldc = c_pairs ? n + 2 + n % 2 : n + 3;
+  const long long a_batch = a_rows * lda, b_batch = b_rows * ldb,
+                  c_batch = m * ldc + (c_pairs ? 6 : 5);
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal;
   const elem_t nan_value = from_float<elem_t>(std::nanf(""));
@@ -320,7 +323,6 @@ int main(int argc, char** argv) {
   };
 
   const int tiles = int((m + BLOCK_M - 1) / BLOCK_M * ((n + BLOCK_N - 1) / BLOCK_N));
-  const int c_pairs = 0;  // ldc is odd: pairs off (the paired store is the same address math)
   for (unsigned by = 0; by < unsigned(batch); ++by) {
     for (unsigned bx = 0; bx < unsigned(tiles); ++bx) {
       std::memset(smem_bytes, 0xFF, sizeof smem_bytes);  // NaN in every dtype
