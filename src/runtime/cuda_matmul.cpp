@@ -158,6 +158,10 @@ TemplateState& state() {
 // dtype, far below what a wrong tile, edge or layout gives (order 1).
 double max_rel_error(DType t) { return t == DType::BFloat16 ? 3e-2 : 1e-2; }
 
+// The two scratch outputs of a measurement may take at most this much device memory; larger
+// products stay on cuBLASLt (at that size cuBLASLt's large-tile kernels are the ones to beat).
+constexpr int64_t kMaxScratchBytes = int64_t{2} << 30;
+
 std::string key_of(const cu::GemmArgs& g, const cu::GemmTemplateProblem& p,
                    const CudaSteps& steps) {
   const cu::DeviceInfo& dev = steps.device();
@@ -314,6 +318,10 @@ std::optional<cu::GemmTileConfig> measure(const cu::GemmArgs& g, const cu::GemmT
   // Scratch outputs with C's own strides (cuBLASLt's padded paths see what they would see).
   const int64_t extent = (g.batch > 1 ? (g.batch - 1) * g.c_batch_stride : 0) +
                          (g.m - 1) * g.c_stride0 + std::max(g.n, g.c_cols);
+  if (2 * extent * es > kMaxScratchBytes) {
+    ev->detail = "output too large to measure on scratch copies";
+    return std::nullopt;
+  }
   std::vector<std::shared_ptr<void>> keep;
   void *ref = nullptr, *out = nullptr, *cmp = nullptr;
   keep.push_back(steps.allocate(static_cast<size_t>(extent * es), rc, &ref));
@@ -489,9 +497,17 @@ bool run_gemm_template(const cu::GemmArgs& g, const CudaSteps& steps, const RunC
           config = *hit;
           ev.how = "disk cache";
         } else {
-          config = measure(g, *p, steps, rc, &ev);
-          ev.how = "measured";
-          cache.store(key, config, ev.detail);
+          // A measurement that cannot be made (no memory for the scratch outputs) leaves the
+          // product on cuBLASLt for this process, not on disk: a later process may measure.
+          try {
+            config = measure(g, *p, steps, rc, &ev);
+            ev.how = "measured";
+            if (ev.cublaslt_ms > 0) cache.store(key, config, ev.detail);
+          } catch (const std::exception& e) {
+            config = std::nullopt;
+            ev.how = "fallback";
+            ev.detail = std::string("measurement failed: ") + e.what();
+          }
         }
         ev.choice = config ? config->name() : "cublaslt";
         cu::record_gemm_template_event(ev);
