@@ -460,8 +460,9 @@ bool run_gemm_template(const cu::GemmArgs& g, const CudaSteps& steps, const RunC
   std::optional<cu::GemmTemplateProblem> p = cu::gemm_template_plan(g, &why);
   if (!p) {
     if (forced) {
-      std::string key = "unplanned " + cu::GemmKernelSpec{}.name() + " " + std::to_string(g.m) +
-                        "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
+      const std::string key = std::string(dtype_name(g.dtype)) + " b" + std::to_string(g.batch) +
+                              " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                              std::to_string(g.k);
       cu::record_gemm_template_event({key, "cublaslt", "fallback", why});
     }
     return false;
