@@ -146,7 +146,7 @@ SHAPES = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tag", list(DTYPES))
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(9))
 def test_every_config_on_every_shape(tag, index):
     dtype = DTYPES[tag]
     configs = _configs(tag)
@@ -411,6 +411,8 @@ _EMU_CASES = [
     (5, False, True, (True, 1, 1.0), ["70x200x65x1"]),
     (6, True, True, (False, 0, 1.0), ["65x65x200x3", "7x1x33x1"]),
     (7, False, False, (True, 2, 1.0), ["33x70x100x2", "1x33x7x1"]),
+    (8, True, True, (True, 1, 1.0), ["17x130x70x2", "16x64x64x1"]),
+    (8, False, False, (False, 2, 2.0), ["5x65x33x1"]),
 ]
 
 
@@ -433,7 +435,7 @@ def _build_emulation(parts, path):
 
 # One case per dtype by default (each builds a program: seconds of g++), every case with
 # COIL_SLOW=1 (f16 on every other: it shares bf16's code but for the conversions).
-_EMU_QUICK = {("bfloat16", 0), ("float32", 3), ("float16", 6)}
+_EMU_QUICK = {("bfloat16", 0), ("float32", 3), ("float16", 6), ("bfloat16", 8)}
 _EMU_PARAMS = [
     pytest.param(dtype, case, id=f"{dtype}-{case}",
                  marks=() if (dtype, case) in _EMU_QUICK else pytest.mark.slow)

@@ -52,11 +52,15 @@ std::vector<GemmTileConfig> gemm_template_configs(DType dtype) {
   // Tile shapes in the range CUTLASS and Triton's mm configs use on sm_80/sm_90 with mma.sync;
   // BLOCK_K is 32 bytes' worth fewer for float32 (TF32) so that the stages fit.
   if (dtype == DType::Float32) {
-    return {{128, 256, 16, 8, 3}, {256, 128, 16, 8, 3}, {128, 128, 32, 4, 3}, {128, 128, 16, 4, 4},
-            {128, 64, 32, 4, 4},  {64, 128, 32, 4, 4},  {64, 64, 32, 4, 4},   {32, 64, 32, 4, 4}};
+    return {{128, 256, 16, 8, 3}, {256, 128, 16, 8, 3}, {128, 128, 32, 4, 3},
+            {128, 128, 16, 4, 4}, {128, 64, 32, 4, 4},  {64, 128, 32, 4, 4},
+            {64, 64, 32, 4, 4},   {32, 64, 32, 4, 4},   {16, 64, 32, 2, 4}};
   }
-  return {{128, 256, 32, 8, 3}, {256, 128, 32, 8, 3}, {128, 128, 64, 4, 3}, {128, 128, 32, 4, 4},
-          {128, 64, 64, 4, 3},  {64, 128, 64, 4, 3},  {64, 64, 64, 4, 4},   {32, 64, 64, 4, 4}};
+  // The last, 16 rows by 2 warps: products of a few rows (decoding, small batches) without
+  // computing rows that are not there.
+  return {{128, 256, 32, 8, 3}, {256, 128, 32, 8, 3}, {128, 128, 64, 4, 3},
+          {128, 128, 32, 4, 4}, {128, 64, 64, 4, 3},  {64, 128, 64, 4, 3},
+          {64, 64, 64, 4, 4},   {32, 64, 64, 4, 4},   {16, 64, 64, 2, 4}};
 }
 
 int gemm_template_smem_bytes(const GemmTileConfig& c, const GemmKernelSpec& spec) {
