@@ -527,23 +527,24 @@ def mode_options(mode: str | None) -> dict[str, Any]:
     """The options a torch.compile mode stands for; ValueError for an unknown mode.
       default: CUDA inference graphs replay a CUDA graph where that measured faster.
       reduce-overhead: every CUDA graph replays a captured CUDA graph (reduce_overhead.py).
-      max-autotune: reduce-overhead's CUDA graphs; max-autotune-no-cudagraphs: the default.
-    coil has no matrix-product templates yet, so the max-autotune modes choose kernels as the
-    default mode does (launch configurations and CPU GEMM libraries are measured in every
-    mode): said once per process, so nobody takes the mode for more than it is."""
+      max-autotune: reduce-overhead's CUDA graphs, and CUDA products measured against coil's
+        own GEMM template (option cuda_gemm_templates: the first product of each shape times
+        cuBLASLt and a few template tile shapes, and keeps the template only where it is
+        faster; docs/cuda-backend.md, "Matrix-product templates").
+      max-autotune-no-cudagraphs: the default mode with those products.
+    Both max-autotune modes also measure, on the CPU, coil's library kernel against ATen's for
+    each product and convolution (extern_provider="measured"). Launch configurations and CPU
+    GEMM libraries are measured in every mode."""
     if mode is None or mode == "default":
         return {}
     if mode not in KNOWN_MODES:
         raise ValueError(f"coil: unknown torch.compile mode {mode!r}; known: "
                          + ", ".join(KNOWN_MODES))
-    if mode.startswith("max-autotune"):
-        _warn_once(f"mode={mode!r}: coil has no matrix-product templates yet; kernels are "
-                   "chosen as in the default mode"
-                   + (", with reduce-overhead's CUDA graphs" if mode == "max-autotune" else ""))
     opts: dict[str, Any] = {}
     if mode in ("reduce-overhead", "max-autotune"):
         opts["reduce_overhead"] = True
     if mode.startswith("max-autotune"):
+        opts["cuda_gemm_templates"] = True
         # CPU products and convolutions: coil's library kernels or ATen's, whichever measured
         # faster on the first run of each size (runtime/program_extern.cpp: measure_provider).
         opts["extern_provider"] = "measured"

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "coil/backend/cuda/driver.h"
+#include "coil/backend/cuda/gemm_template.h"
 #include "coil/backend/cuda/nvrtc.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
@@ -450,6 +451,75 @@ NB_MODULE(_coil, m) {
     return d;
   });
   m.def("empty_cache", [] { runtime::Allocator::global().empty_cache(); });
+  // coil's GEMM template (coil/backend/cuda/gemm_template.h): what the product provider choice
+  // did (tests, bench/gemm_template.py), and the NVRTC compile of one kernel (the CPU test).
+  m.def("gemm_template_events", [] {
+    nb::list out;
+    for (const auto& e : backend::cuda::gemm_template_events()) {
+      nb::dict d;
+      d["key"] = e.key;
+      d["choice"] = e.choice;
+      d["how"] = e.how;
+      d["detail"] = e.detail;
+      d["cublaslt_ms"] = e.cublaslt_ms;
+      d["template_ms"] = e.template_ms;
+      d["best_template"] = e.best_template;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("clear_gemm_template_events", [] { backend::cuda::clear_gemm_template_events(); });
+  auto parse_dtype = [](const std::string& name) {
+    std::optional<DType> t = dtype_from_name(name);
+    if (!t) throw std::invalid_argument("unknown dtype " + name);
+    return *t;
+  };
+  m.def("gemm_template_configs", [parse_dtype](const std::string& dtype) {
+    std::vector<std::string> names;
+    for (const auto& c : backend::cuda::gemm_template_configs(parse_dtype(dtype)))
+      names.push_back(c.name());
+    return names;
+  });
+  // The kernel's source in its parts {preamble, constants, ptx, kernel} (gemm_template.h; the
+  // host emulation test runs the kernel's text with the PTX part emulated).
+  m.def("gemm_template_source_parts",
+        [parse_dtype](const std::string& config, const std::string& dtype, bool a_k_contig,
+                      bool b_k_contig, bool bias, int activation) {
+          auto c = backend::cuda::parse_gemm_config(config);
+          if (!c) throw std::invalid_argument("not a GEMM tile configuration: " + config);
+          backend::cuda::GemmKernelSpec s;
+          s.dtype = parse_dtype(dtype);
+          s.a_k_contig = a_k_contig;
+          s.b_k_contig = b_k_contig;
+          s.bias = bias;
+          s.activation = activation;
+          auto p = backend::cuda::gemm_template_source_parts(*c, s);
+          nb::dict d;
+          d["preamble"] = p.preamble;
+          d["constants"] = p.constants;
+          d["ptx"] = p.ptx;
+          d["kernel"] = p.kernel;
+          d["smem_bytes"] = backend::cuda::gemm_template_smem_bytes(*c, s);
+          d["threads"] = 32 * c->warps;
+          return d;
+        });
+  // Compiles the kernel of `config` for (dtype, operand layouts, epilogue) to a cubin for
+  // sm_<cc>; returns the kernel's name and the cubin's size. CompileError with NVRTC's log.
+  m.def("gemm_template_compile",
+        [parse_dtype](const std::string& config, const std::string& dtype, bool a_k_contig,
+                      bool b_k_contig, bool bias, int activation, int cc, nb::dict options) {
+          auto c = backend::cuda::parse_gemm_config(config);
+          if (!c) throw std::invalid_argument("not a GEMM tile configuration: " + config);
+          backend::cuda::GemmKernelSpec s;
+          s.dtype = parse_dtype(dtype);
+          s.a_k_contig = a_k_contig;
+          s.b_k_contig = b_k_contig;
+          s.bias = bias;
+          s.activation = activation;
+          auto r = backend::cuda::compile_to_cubin(backend::cuda::gemm_template_source(*c, s),
+                                                   cc / 10, cc % 10, options_from_dict(options));
+          return std::make_pair(backend::cuda::gemm_template_kernel_name(*c, s), r.cubin.size());
+        });
   // Whether the CPU products can run PyTorch's MKL (options.cpu_gemm; gemm_libraries.h).
   m.def("mkl_gemm_available", [] { return runtime::kernels::mkl_gemm_available(); });
 

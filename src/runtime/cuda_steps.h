@@ -49,6 +49,7 @@ class CudaSteps {
                             const RuntimeTensor& out, void* stream, std::string* why) const;
 
   const backend::cuda::DeviceInfo& device() const { return *kernels_.device; }
+  const CompileOptions& options() const { return options_; }
 
  private:
   struct Launch {

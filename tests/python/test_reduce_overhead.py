@@ -23,9 +23,9 @@ def test_modes_stand_for_options():
     assert backend.mode_options(None) == {}
     assert backend.mode_options("default") == {}
     assert backend.mode_options("reduce-overhead") == {"reduce_overhead": True}
-    measured = {"extern_provider": "measured"}
-    assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **measured}
-    assert backend.mode_options("max-autotune-no-cudagraphs") == measured
+    autotune = {"cuda_gemm_templates": True, "extern_provider": "measured"}
+    assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **autotune}
+    assert backend.mode_options("max-autotune-no-cudagraphs") == autotune
     with pytest.raises(ValueError, match="unknown torch.compile mode 'fast'"):
         backend.mode_options("fast")
     assert build_options({}).reduce_overhead is False
