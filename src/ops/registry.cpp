@@ -28,10 +28,12 @@ std::string_view op_family_name(OpFamily f) {
 
 const Arg* OpCall::arg(size_t i, std::string_view name) const {
   if (i < args.size()) return &args[i];
-  // Only a position of the schema is checked: past its arguments (arg(99, "dtype")) a meta
-  // function asks for a keyword by name, and one meta shared by several overloads may ask
-  // for a keyword only some of them have (all.default has no `dim`).
-  if (schema != nullptr && schema->known && !name.empty() && i < schema->args.size()) {
+  // Only a positional argument of the schema is checked: past them (arg(99, "dtype"), or a
+  // keyword-only argument's place) a meta function asks for a keyword by name, and one meta
+  // shared by several overloads may ask for a keyword only some of them have (all.default
+  // has no `dim`).
+  if (schema != nullptr && schema->known && !name.empty() && i < schema->args.size() &&
+      !schema->args[i].kwarg_only) {
     COIL_CHECK(schema->args[i].name == name)
         << op << ": a meta function asks for argument " << i << " as '" << name
         << "', the schema calls it '" << schema->args[i].name << "'";

@@ -59,7 +59,7 @@ struct OpCall {
 
   static OpCall of(const Node& n) { return OpCall(n.op_id(), n.args(), n.kwargs()); }
   // Positional arg i, else keyword `name`, else nullptr (absent optional argument). With a
-  // schema and i one of its positions, `name` must be the schema's name of position i (an
+  // schema and i one of its positional arguments, `name` must be the schema's name of it (an
   // InternalError otherwise: the meta function asks for the wrong argument), checked when the
   // lookup goes past the positional args, where the name is what finds the argument.
   const Arg* arg(size_t i, std::string_view name) const;

@@ -151,6 +151,14 @@ TEST(OpSchema, ArgNamesAreCheckedAgainstTheSchema) {
   // several overloads asks for keywords only some have).
   EXPECT_EQ(call.arg(99, "other"), &n.kwargs()[0].second);
   EXPECT_EQ(call.arg(99, "dtype"), nullptr);
+  // A keyword-only argument's place is no position: a meta shared by several overloads asking
+  // for `dim` there (sum.default has only `dtype`) gets nullptr.
+  const OpDef* sum = find_op("aten.sum.default");
+  ASSERT_NE(sum, nullptr);
+  const std::vector<Arg> self_only = {n.args()[0]};
+  const std::vector<std::pair<std::string, Arg>> no_kwargs;
+  OpCall sum_call(sum->id, self_only, no_kwargs, &sum->schema);
+  EXPECT_EQ(sum_call.arg(1, "dim"), nullptr);
   // Without a schema the names are not checked.
   OpCall plain(n.op_id(), n.args(), n.kwargs());
   EXPECT_EQ(plain.arg(1, "src"), nullptr);
