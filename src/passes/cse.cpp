@@ -105,8 +105,9 @@ int eliminate_common_subexpressions(Graph& g) {
   // leave, clones come, neither is visited again).
   const std::unordered_set<const Value*> graph_outputs(g.outputs().begin(), g.outputs().end());
   auto is_graph_output = [&](const Value* v) { return graph_outputs.count(v) > 0; };
+  OpEffectCache effects;
   for (Node* n : nodes) {
-    if (must_keep(*n) || is_random_op(n->op())) continue;
+    if (effects.must_keep(*n) || effects.is_random_op(n->op_id())) continue;
     // A clone that is a graph output would only become another clone (and a second run would
     // find the clones this one adds).
     if (n->op_id() == opid::aten_clone_default && is_graph_output(n->output())) continue;
