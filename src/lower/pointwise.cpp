@@ -59,7 +59,7 @@ Operand arg_operand(LoweringContext& lc, const Node& node, size_t i, std::string
   if (a->is_value()) {
     o.kind = Operand::Tensor;
     o.t = lc.value(a->value());
-    o.wrapped = ops::is_scalar_slot(node.op(), i);
+    o.wrapped = ops::is_scalar_slot(node.op_id(), i);
   } else if (a->is_double()) {
     o.kind = Operand::Float;
     o.f = a->as_double();

@@ -100,6 +100,30 @@ TEST(OpSchema, BuiltinOpsHaveSchemas) {
   EXPECT_EQ(builtin_schema_text("aten.nope.default"), "");
 }
 
+// Scalar slots come from the schema; an op without one falls back to the overload name.
+TEST(OpSchema, ScalarSlots) {
+  auto slot = [](std::string_view op, size_t i) { return is_scalar_slot(OpId::of(op), i); };
+  EXPECT_TRUE(slot("aten.mul.Scalar", 1));
+  EXPECT_FALSE(slot("aten.mul.Scalar", 0));
+  EXPECT_FALSE(slot("aten.mul.Tensor", 1));
+  EXPECT_TRUE(slot("aten.pow.Scalar", 0));
+  EXPECT_FALSE(slot("aten.pow.Scalar", 1));
+  EXPECT_TRUE(slot("aten.remainder.Scalar_Tensor", 0));
+  EXPECT_TRUE(slot("aten.where.ScalarOther", 2));
+  EXPECT_FALSE(slot("aten.where.ScalarOther", 1));
+  EXPECT_TRUE(slot("aten.where.Scalar", 1));
+  // masked_fill.Scalar(Tensor self, Tensor mask, Scalar value): the name rule would call the
+  // mask the scalar; the schema knows it is `value`.
+  EXPECT_FALSE(slot("aten.masked_fill.Scalar", 1));
+  EXPECT_TRUE(slot("aten.masked_fill.Scalar", 2));
+  // div.Scalar_mode's rounding_mode is keyword-only (and a string).
+  EXPECT_TRUE(slot("aten.div.Scalar_mode", 1));
+  EXPECT_FALSE(slot("aten.div.Scalar_mode", 2));
+  // No schema (not registered): the name rules.
+  EXPECT_TRUE(slot("test_op_table.mul.Scalar", 1));
+  EXPECT_FALSE(slot("test_op_table.mul.Tensor", 1));
+}
+
 std::string verify_error(std::string_view text) {
   sym::Context ctx;
   auto g = parse_graph(text, ctx);
