@@ -76,15 +76,16 @@ Value* Graph::add_input(TensorMeta meta) {
   return v;
 }
 
-Node* Graph::add_node(std::string op, std::vector<Arg> args,
+Node* Graph::add_node(OpId op, std::vector<Arg> args,
                       std::vector<std::pair<std::string, Arg>> kwargs,
                       std::vector<TensorMeta> output_metas) {
+  COIL_CHECK(op.valid()) << "node without an op";
   Node& n = node_store_.emplace_back();
-  n.op_ = std::move(op);
+  n.op_ = op;
   n.args_ = std::move(args);
   n.kwargs_ = std::move(kwargs);
   for (Value* in : n.input_values()) {
-    COIL_CHECK(in != nullptr) << "null value argument to " << n.op_;
+    COIL_CHECK(in != nullptr) << "null value argument to " << n.op();
     in->users_.push_back(&n);
   }
   for (size_t i = 0; i < output_metas.size(); ++i) {

@@ -292,8 +292,9 @@ class Parser {
     }
     skip_ws();
     size_t op_pos = pos_;
-    std::string op(word());
-    if (op == "return") fail_at(op_pos, "expected an op name");
+    std::string_view name = word();
+    if (name == "return") fail_at(op_pos, "expected an op name");
+    const OpId op = OpId::of(name);  // interned once per node, here
     expect('(');
     std::vector<Arg> args;
     std::vector<std::pair<std::string, Arg>> kwargs;
@@ -322,7 +323,7 @@ class Parser {
       } while (try_consume(','));
       expect(')');
     }
-    Node* n = g_->add_node(std::move(op), std::move(args), std::move(kwargs), std::move(metas));
+    Node* n = g_->add_node(op, std::move(args), std::move(kwargs), std::move(metas));
     for (size_t i = 0; i < defs.size(); ++i) define(defs[i].first, defs[i].second, n->output(i));
   }
 

@@ -327,7 +327,24 @@ class Interpreter {
         case InstrKind::CopySign:
           v = std::copysign(x, y);
           break;
-        default:
+        // Integer-only, or bool results (computed above), or not binary: no default, so a
+        // new binary op without its case here fails to compile.
+        case InstrKind::BitwiseAnd:
+        case InstrKind::BitwiseOr:
+        case InstrKind::BitwiseXor:
+        case InstrKind::ShiftLeft:
+        case InstrKind::ShiftRight:
+        case InstrKind::Eq:
+        case InstrKind::Ne:
+        case InstrKind::Lt:
+        case InstrKind::Le:
+        case InstrKind::Gt:
+        case InstrKind::Ge:
+        case InstrKind::LogicalAnd:
+        case InstrKind::LogicalOr:
+        case InstrKind::LogicalXor:
+          COIL_CASE_NON_SCALAR
+          COIL_BODY_OPS(COIL_CASE_UNLESS_BINARY)
           COIL_INTERNAL_ERROR() << instr_kind_name(in.kind) << " with a float result";
       }
       r.f = round_to(in.dtype, v);
@@ -388,7 +405,20 @@ class Interpreter {
       case InstrKind::CopySign:
         v = (y < 0) ? -std::abs(x) : std::abs(x);
         break;
-      default:
+      // Float-only, or bool results (computed above), or not binary (as above).
+      case InstrKind::Atan2:
+      case InstrKind::Hypot:
+      case InstrKind::Eq:
+      case InstrKind::Ne:
+      case InstrKind::Lt:
+      case InstrKind::Le:
+      case InstrKind::Gt:
+      case InstrKind::Ge:
+      case InstrKind::LogicalAnd:
+      case InstrKind::LogicalOr:
+      case InstrKind::LogicalXor:
+        COIL_CASE_NON_SCALAR
+        COIL_BODY_OPS(COIL_CASE_UNLESS_BINARY)
         COIL_INTERNAL_ERROR() << instr_kind_name(in.kind) << " with an integer result";
     }
     r.i = wrap_int(in.dtype, v);

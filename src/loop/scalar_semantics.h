@@ -297,6 +297,28 @@ inline double erfinv_d(double y) {
   return x;
 }
 
+// Case labels for the instruction kinds that are not scalar ops, and for the scalar ops of
+// COIL_BODY_OPS whose arity is not 1 (COIL_CASE_UNLESS_UNARY) or not 2
+// (COIL_CASE_UNLESS_BINARY). A switch over the unary (binary) ops lists these instead of a
+// `default:`, so a new op of that arity added to COIL_BODY_OPS without its case here fails to
+// compile (-Werror=switch): every consumer handles every scalar op, checked by the compiler.
+#define COIL_CASE_NON_SCALAR \
+  case InstrKind::Load:      \
+  case InstrKind::Constant:  \
+  case InstrKind::IndexExpr: \
+  case InstrKind::Cast:      \
+  case InstrKind::Rand:      \
+  case InstrKind::Randn:     \
+  case InstrKind::Indirect:
+#define COIL_CASE_UNLESS_UNARY(name, arity, text) COIL_CASE_UNLESS_UNARY_##arity(name)
+#define COIL_CASE_UNLESS_UNARY_1(name)
+#define COIL_CASE_UNLESS_UNARY_2(name) case InstrKind::name:
+#define COIL_CASE_UNLESS_UNARY_3(name) case InstrKind::name:
+#define COIL_CASE_UNLESS_BINARY(name, arity, text) COIL_CASE_UNLESS_BINARY_##arity(name)
+#define COIL_CASE_UNLESS_BINARY_1(name) case InstrKind::name:
+#define COIL_CASE_UNLESS_BINARY_2(name)
+#define COIL_CASE_UNLESS_BINARY_3(name) case InstrKind::name:
+
 inline double unary_f(InstrKind k, double x) {
   switch (k) {
     case InstrKind::Neg:
@@ -367,7 +389,13 @@ inline double unary_f(InstrKind k, double x) {
       return std::trunc(x);
     case InstrKind::Sign:
       return std::isnan(x) ? x : static_cast<double>((x > 0) - (x < 0));
-    default:
+    // Unary with a bool or bitwise result: the interpreter computes them before this.
+    case InstrKind::IsNan:
+    case InstrKind::IsInf:
+    case InstrKind::LogicalNot:
+    case InstrKind::BitwiseNot:
+      COIL_CASE_NON_SCALAR
+      COIL_BODY_OPS(COIL_CASE_UNLESS_UNARY)
       break;
   }
   COIL_INTERNAL_ERROR() << "not a float unary op: " << instr_kind_name(k);

@@ -39,9 +39,9 @@ inline loop::ExternNode extern_for(const LoweringContext& ctx, const Node& node,
 
 // Whether `op` is a matrix product that coil runs as an extern (mm, addmm, bmm, baddbmm): it
 // reads its operands, realized, and returns no view of them.
-inline bool is_matrix_product(std::string_view op) {
-  return op == "aten.mm.default" || op == "aten.addmm.default" || op == "aten.bmm.default" ||
-         op == "aten.baddbmm.default";
+inline bool is_matrix_product(OpId op) {
+  return op == opid::aten_mm_default || op == opid::aten_addmm_default ||
+         op == opid::aten_bmm_default || op == opid::aten_baddbmm_default;
 }
 // Fuses activation `act` into the cuBLASLt epilogue of the CUDA mm/addmm it reads, when nothing
 // else reads that product; returns act's value (the product, now stored activated), or nullopt

@@ -507,13 +507,13 @@ std::optional<TensorValue> detail::fuse_matmul_epilogue(LoweringContext& ctx, co
       return std::nullopt;
     const Node* p = v->producer();
     if (p == nullptr) return std::nullopt;
-    const std::string& op = p->op();
-    if (op == "aten.view.default" || op == "aten._unsafe_view.default" ||
-        op == "aten.reshape.default") {
+    const OpId op = p->op_id();
+    if (op == opid::aten_view_default || op == opid::aten__unsafe_view_default ||
+        op == opid::aten_reshape_default) {
       v = p->input_values().at(0);
       continue;
     }
-    if (op != "aten.mm.default" && op != "aten.addmm.default") return std::nullopt;
+    if (op != opid::aten_mm_default && op != opid::aten_addmm_default) return std::nullopt;
     const int pos = graph_position(ctx, *p);
     for (loop::Step& step : ctx.program().steps) {
       auto* e = std::get_if<ExternNode>(&step);

@@ -13,7 +13,7 @@ namespace coil::lower {
 namespace {
 
 // A graph's input mutations: copy_(input, value) without a result (src/lower/mutation.cpp).
-constexpr std::string_view kInputMutationOp = "aten.copy_.default";
+constexpr OpId kInputMutationOp = opid::aten_copy__default;
 
 void add_size_symbols(const Graph& graph, loop::LoopProgram& prog) {
   sym::Context& c = graph.ctx();
@@ -94,18 +94,18 @@ LowerResult lower_graph(const Graph& graph, const CompileOptions& options,
   std::vector<const Node*> mutations;
   for (size_t pos = 0; pos < nodes.size(); ++pos) {
     const Node& node = *nodes[pos];
-    if (node.op() == kInputMutationOp) {
+    if (node.op_id() == kInputMutationOp) {
       // Lowered last (below): every other reader of the input comes before the write.
       COIL_USER_CHECK(node.outputs().empty()) << node.op() << ": its result must be unused";
       mutations.push_back(&node);
       continue;
     }
-    const LoweringFn* fn = registry.find(node.op());
+    const LoweringFn* fn = registry.find(node.op_id());
     // The op table's rule: what coil lowers has a meta function, which verify_graph_meta
     // checked this node's metas with (tests/cpp/lower: EveryLoweredOpHasAMeta).
-    const char* missing = fn == nullptr                        ? "no lowering"
-                          : ops::find_op(node.op()) == nullptr ? "no meta function"
-                                                               : nullptr;
+    const char* missing = fn == nullptr                           ? "no lowering"
+                          : ops::find_op(node.op_id()) == nullptr ? "no meta function"
+                                                                  : nullptr;
     if (missing != nullptr) {
       COIL_USER_CHECK(!options.strict) << node.op() << ": " << missing;
       res.fallback_ops.push_back(node.op() + ": " + missing);

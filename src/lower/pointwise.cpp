@@ -59,7 +59,7 @@ Operand arg_operand(LoweringContext& lc, const Node& node, size_t i, std::string
   if (a->is_value()) {
     o.kind = Operand::Tensor;
     o.t = lc.value(a->value());
-    o.wrapped = ops::is_scalar_slot(node.op(), i);
+    o.wrapped = ops::is_scalar_slot(node.op_id(), i);
   } else if (a->is_double()) {
     o.kind = Operand::Float;
     o.f = a->as_double();
@@ -463,13 +463,13 @@ bool read_only_by_products(const Value* v, const std::vector<const Value*>& outs
   if (depth > 4 || v->users().empty()) return false;
   if (std::find(outs.begin(), outs.end(), v) != outs.end()) return false;
   for (const Node* u : v->users()) {
-    const std::string& op = u->op();
+    const OpId op = u->op_id();
     if (detail::is_matrix_product(op)) continue;
-    const bool view = op == "aten.view.default" || op == "aten._unsafe_view.default" ||
-                      op == "aten.reshape.default" || op == "aten.permute.default" ||
-                      op == "aten.t.default" || op == "aten.transpose.int" ||
-                      op == "aten.expand.default" || op == "aten.unsqueeze.default" ||
-                      op == "aten.squeeze.dim" || op == "aten.squeeze.dims";
+    const bool view = op == opid::aten_view_default || op == opid::aten__unsafe_view_default ||
+                      op == opid::aten_reshape_default || op == opid::aten_permute_default ||
+                      op == opid::aten_t_default || op == opid::aten_transpose_int ||
+                      op == opid::aten_expand_default || op == opid::aten_unsqueeze_default ||
+                      op == opid::aten_squeeze_dim || op == opid::aten_squeeze_dims;
     if (!view || u->outputs().size() != 1 || !read_only_by_products(u->output(0), outs, depth + 1))
       return false;
   }

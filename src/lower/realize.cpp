@@ -56,9 +56,9 @@ namespace {
 // Whether every reader of `v` is a matrix product or a transposed view (which a product reads).
 bool feeds_products(const Value* v) {
   for (const Node* u : v->users()) {
-    const std::string& op = u->op();
-    if (!detail::is_matrix_product(op) && op != "aten.permute.default" && op != "aten.t.default" &&
-        op != "aten.transpose.int")
+    const OpId op = u->op_id();
+    if (!detail::is_matrix_product(op) && op != opid::aten_permute_default &&
+        op != opid::aten_t_default && op != opid::aten_transpose_int)
       return false;
   }
   return true;
@@ -68,11 +68,11 @@ bool feeds_products(const Value* v) {
 // weight-gradient operand, a reshape to 2-d).
 bool read_by_a_product(const Value* v, int depth = 0) {
   for (const Node* u : v->users()) {
-    const std::string& op = u->op();
+    const OpId op = u->op_id();
     if (detail::is_matrix_product(op)) return true;
-    const bool view = op == "aten.permute.default" || op == "aten.t.default" ||
-                      op == "aten.transpose.int" || op == "aten.view.default" ||
-                      op == "aten._unsafe_view.default" || op == "aten.reshape.default";
+    const bool view = op == opid::aten_permute_default || op == opid::aten_t_default ||
+                      op == opid::aten_transpose_int || op == opid::aten_view_default ||
+                      op == opid::aten__unsafe_view_default || op == opid::aten_reshape_default;
     if (view && depth < 4)
       for (const Value* o : u->outputs())
         if (read_by_a_product(o, depth + 1)) return true;

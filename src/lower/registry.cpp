@@ -4,35 +4,36 @@
 
 #include "coil/lower/lower.h"
 #include "coil/lower/lowering.h"
+#include "coil/ops/registry.h"
 #include "coil/support/error.h"
 
 namespace coil::lower {
 
-void LoweringRegistry::add(std::string op, LoweringFn fn) {
+void LoweringRegistry::add(std::string_view op, LoweringFn fn) {
   COIL_CHECK(fn != nullptr) << "null lowering for " << op;
-  table_.emplace_back(std::move(op), std::move(fn));
-}
-
-void LoweringRegistry::finish() {
-  std::stable_sort(table_.begin(), table_.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t k = 1; k < table_.size(); ++k) {
-    COIL_CHECK(table_[k - 1].first != table_[k].first)
-        << "two lowerings registered for " << table_[k].first;
-  }
+  const OpId id = OpId::of(op);
+  if (id.index() >= by_id_.size()) by_id_.resize(OpId::count());
+  COIL_CHECK(!by_id_[id.index()]) << "two lowerings registered for " << op;
+  by_id_[id.index()] = std::move(fn);
 }
 
 const LoweringFn* LoweringRegistry::find(std::string_view op) const {
-  auto it = std::lower_bound(table_.begin(), table_.end(), op,
-                             [](const auto& e, std::string_view o) { return e.first < o; });
-  if (it == table_.end() || it->first != op) return nullptr;
-  return &it->second;
+  std::optional<OpId> id = OpId::find(op);
+  return id ? find(*id) : nullptr;
+}
+
+std::vector<OpId> LoweringRegistry::ids() const {
+  std::vector<OpId> out;
+  for (size_t i = 0; i < by_id_.size(); ++i) {
+    if (by_id_[i]) out.push_back(OpId(static_cast<uint32_t>(i)));
+  }
+  return out;
 }
 
 std::vector<std::string> LoweringRegistry::ops() const {
   std::vector<std::string> out;
-  out.reserve(table_.size());
-  for (const auto& e : table_) out.push_back(e.first);
+  for (OpId id : ids()) out.push_back(id.name());
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -68,7 +69,6 @@ const LoweringRegistry& lowering_registry() {
   const LoweringRegistry* r = published.load(std::memory_order_relaxed);
   if (r == nullptr) {
     auto* built = new LoweringRegistry(builtin_lowerings());
-    built->finish();
     published.store(built, std::memory_order_release);
     r = built;
   }
@@ -88,11 +88,12 @@ void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns) {
           << "two lowerings registered for " << fns[i].first;
   }
   auto* next = new LoweringRegistry(base);
-  for (auto& [op, fn] : fns) next->add(std::move(op), std::move(fn));
-  next->finish();
+  for (auto& [op, fn] : fns) next->add(op, std::move(fn));
   published.store(next, std::memory_order_release);
 }
 
 bool has_lowering(std::string_view op) { return lowering_registry().find(op) != nullptr; }
+
+OpEntry op_entry(OpId id) { return OpEntry{id, ops::find_op(id), lowering_registry().find(id)}; }
 
 }  // namespace coil::lower

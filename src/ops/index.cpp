@@ -162,7 +162,7 @@ std::vector<TensorMeta> scatter_meta(sym::Context& ctx, const OpCall& c) {
   COIL_USER_CHECK(index.dtype == DType::Int64 || index.dtype == DType::Int32 ||
                   ctx.provably_eq(numel(ctx, index.sizes), ctx.zero()))
       << c.op << ": expected dtype int32/int64 for index, got " << dtype_name(index.dtype);
-  const Arg* src = c.arg(3, c.op == "aten.scatter.value" ? "value" : "src");
+  const Arg* src = c.arg(3, c.id == opid::aten_scatter_value ? "value" : "src");
   if (src && src->is_value()) {
     COIL_USER_CHECK(src->value()->meta().dtype == self.dtype)
         << c.op << ": expected self and src to have the same dtype";
@@ -185,7 +185,7 @@ bool internal_overlap(sym::Context& ctx, const TensorMeta& m) {
 std::vector<TensorMeta> scatter_like_self_meta(sym::Context& ctx, const OpCall& c) {
   const TensorMeta& self = tensor_arg(c, 0, "self");
   tensor_arg(c, 1, "src");
-  if (c.op != "aten.as_strided_scatter.default" && internal_overlap(ctx, self)) {
+  if (c.id != opid::aten_as_strided_scatter_default && internal_overlap(ctx, self)) {
     return {fresh(self, self.dtype, self.sizes, preserve_format_strides(ctx, self))};
   }
   TensorMeta m = self;

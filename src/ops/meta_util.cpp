@@ -131,7 +131,10 @@ DType result_type(const std::vector<PromoOperand>& operands) {
   return *r;
 }
 
-bool is_scalar_slot(std::string_view op, size_t i) {
+namespace {
+
+// The overload-name rules, for ops without a schema.
+bool is_scalar_slot_by_name(std::string_view op, size_t i) {
   if (op == "aten.pow.Scalar") return i == 0;  // pow.Scalar(Scalar self, Tensor exponent)
   const std::string_view overload = op.substr(op.rfind('.') + 1);
   if (overload == "Scalar_Tensor") return i == 0;  // remainder / bitwise_*(Scalar self, Tensor)
@@ -141,6 +144,15 @@ bool is_scalar_slot(std::string_view op, size_t i) {
   if (overload == "ScalarSelf") return i == 1;
   if (overload == "ScalarOther") return i == 2;
   return false;
+}
+
+}  // namespace
+
+bool is_scalar_slot(OpId op, size_t i) {
+  const OpDef* def = find_op(op);
+  if (def == nullptr || !def->schema.known) return is_scalar_slot_by_name(op.name(), i);
+  const auto& args = def->schema.args;
+  return i < args.size() && !args[i].kwarg_only && args[i].kind == ArgKind::Number;
 }
 
 std::optional<PromoOperand> promo_operand(const Arg& a) {

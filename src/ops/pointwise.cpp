@@ -38,7 +38,7 @@ std::vector<TensorMeta> pointwise_impl(sym::Context& ctx, const OpCall& c, DType
     auto p = promo_operand(*a);
     COIL_USER_CHECK(p.has_value())
         << c.op << ": argument " << names[i] << " must be a tensor or a number";
-    if (a->is_value() && is_scalar_slot(c.op, i)) p->kind = PromoOperand::Scalar;
+    if (a->is_value() && is_scalar_slot(c.id, i)) p->kind = PromoOperand::Scalar;
     promo.push_back(*p);
   }
   COIL_USER_CHECK(!tensors.empty()) << c.op << ": needs a tensor argument";

@@ -28,15 +28,34 @@ std::string_view op_family_name(OpFamily f) {
 
 const Arg* OpCall::arg(size_t i, std::string_view name) const {
   if (i < args.size()) return &args[i];
+  // Only a positional argument of the schema is checked: past them (arg(99, "dtype"), or a
+  // keyword-only argument's place) a meta function asks for a keyword by name, and one meta
+  // shared by several overloads may ask for a keyword only some of them have (all.default
+  // has no `dim`).
+  if (schema != nullptr && schema->known && !name.empty() && i < schema->args.size() &&
+      !schema->args[i].kwarg_only) {
+    COIL_CHECK(schema->args[i].name == name)
+        << op << ": a meta function asks for argument " << i << " as '" << name
+        << "', the schema calls it '" << schema->args[i].name << "'";
+  }
   for (const auto& [k, a] : kwargs) {
     if (k == name) return &a;
   }
   return nullptr;
 }
 
-void OpRegistry::add(std::string name, OpFamily family, MetaFn meta) {
+void OpRegistry::add(std::string name, OpFamily family, MetaFn meta, std::string schema_text) {
   COIL_CHECK(meta != nullptr) << "op " << name << " registered without a meta function";
-  ops_.push_back(OpDef{std::move(name), family, meta});
+  OpDef d{std::move(name), family, meta, std::move(schema_text)};
+  std::string_view text = d.schema_text.empty() ? builtin_schema_text(d.name) : d.schema_text;
+  if (!text.empty()) {
+    std::optional<OpSchema> s = parse_schema(text);
+    COIL_USER_CHECK(s.has_value())
+        << "op " << d.name << ": cannot parse its schema '" << text << "'";
+    d.schema = std::move(*s);
+  }
+  d.id = OpId::of(d.name);
+  ops_.push_back(std::move(d));
 }
 
 void OpRegistry::finish() {
@@ -45,13 +64,16 @@ void OpRegistry::finish() {
   for (size_t i = 1; i < ops_.size(); ++i) {
     COIL_CHECK(ops_[i - 1].name != ops_[i].name) << "op registered twice: " << ops_[i].name;
   }
+  by_id_.assign(OpId::count(), -1);
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    COIL_CHECK(ops_[i].id.index() < by_id_.size());
+    by_id_[ops_[i].id.index()] = static_cast<int32_t>(i);
+  }
 }
 
 const OpDef* OpRegistry::find(std::string_view name) const {
-  auto it = std::lower_bound(ops_.begin(), ops_.end(), name,
-                             [](const OpDef& d, std::string_view n) { return d.name < n; });
-  if (it == ops_.end() || it->name != name) return nullptr;
-  return &*it;
+  std::optional<OpId> id = OpId::find(name);
+  return id ? find(*id) : nullptr;
 }
 
 // The creation family (factories, *_like, fill, copy: src/ops/creation.cpp).
@@ -115,27 +137,30 @@ void register_ops(std::vector<OpDef> defs) {
       COIL_USER_CHECK(defs[j].name != defs[i].name) << "op " << defs[i].name << " registered twice";
   }
   auto* next = new OpRegistry(base);
-  for (OpDef& d : defs) next->add(std::move(d.name), d.family, d.meta);
+  for (OpDef& d : defs) next->add(std::move(d.name), d.family, d.meta, std::move(d.schema_text));
   next->finish();
   published.store(next, std::memory_order_release);
 }
 
+const OpDef* find_op(OpId id) { return op_registry().find(id); }
+
 const OpDef* find_op(std::string_view name) { return op_registry().find(name); }
 
 std::vector<TensorMeta> infer_meta(sym::Context& ctx, const OpCall& call) {
-  const OpDef* def = find_op(call.op);
+  const OpDef* def = find_op(call.id);
   COIL_USER_CHECK(def != nullptr) << "no meta function for op " << call.op;
-  return def->meta(ctx, call);
+  if (call.schema != nullptr || !def->schema.known) return def->meta(ctx, call);
+  return def->meta(ctx, OpCall(call.id, call.args, call.kwargs, &def->schema));
 }
 
 std::vector<TensorMeta> infer_meta(sym::Context& ctx, const Node& node) {
   return infer_meta(ctx, OpCall::of(node));
 }
 
-Node* add_node_inferred(Graph& g, std::string op, std::vector<Arg> args,
+Node* add_node_inferred(Graph& g, OpId op, std::vector<Arg> args,
                         std::vector<std::pair<std::string, Arg>> kwargs) {
-  std::vector<TensorMeta> metas = infer_meta(g.ctx(), OpCall{op, args, kwargs});
-  return g.add_node(std::move(op), std::move(args), std::move(kwargs), std::move(metas));
+  std::vector<TensorMeta> metas = infer_meta(g.ctx(), OpCall(op, args, kwargs));
+  return g.add_node(op, std::move(args), std::move(kwargs), std::move(metas));
 }
 
 }  // namespace coil::ops

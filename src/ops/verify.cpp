@@ -38,6 +38,28 @@ bool same_layout(sym::Context& ctx, const TensorMeta& want, const TensorMeta& go
   return same_expr(ctx, want.storage_offset, got.storage_offset);
 }
 
+// The node's arguments against its op's schema: every keyword is an argument of the op and is
+// not also given by position, there are no more positional arguments than the op has, and
+// every argument without a default is given. The message, or "" when they fit.
+std::string check_against_schema(const Node& n, const OpSchema& s) {
+  const size_t npos = n.args().size();
+  if (npos > s.args.size())
+    return std::to_string(npos) + " positional arguments, its op takes " +
+           std::to_string(s.args.size());
+  for (const auto& [name, arg] : n.kwargs()) {
+    const int k = s.index_of(name);
+    if (k < 0) return "keyword argument '" + name + "' is not an argument of its op";
+    if (static_cast<size_t>(k) < npos)
+      return "argument '" + name + "' is given by position and by keyword";
+  }
+  for (size_t k = npos; k < s.args.size(); ++k) {
+    const ArgSchema& a = s.args[k];
+    if (a.has_default || a.optional) continue;
+    if (n.kwarg(a.name) == nullptr) return "required argument '" + a.name + "' is missing";
+  }
+  return "";
+}
+
 }  // namespace
 
 void verify_graph_meta(const Graph& g) {
@@ -45,12 +67,17 @@ void verify_graph_meta(const Graph& g) {
   sym::Context& ctx = g.ctx();
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node* n = g.nodes()[i];
-    const OpDef* def = find_op(n->op());
+    const OpDef* def = find_op(n->op_id());
     if (def == nullptr) continue;
     std::string where = "node " + std::to_string(i) + " (" + n->op() + ")";
+    const OpSchema* schema = def->schema.known ? &def->schema : nullptr;
+    if (schema != nullptr) {
+      std::string bad = check_against_schema(*n, *schema);
+      if (!bad.empty()) throw CompileError("graph verification failed: " + where + ": " + bad);
+    }
     std::vector<TensorMeta> expected;
     try {
-      expected = def->meta(ctx, OpCall::of(*n));
+      expected = def->meta(ctx, OpCall(n->op_id(), n->args(), n->kwargs(), schema));
     } catch (const CompileError& e) {
       throw CompileError("graph verification failed: " + where + ": " + e.what());
     }

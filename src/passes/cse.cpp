@@ -63,7 +63,8 @@ void key_of_meta(const TensorMeta& m, std::string& out) {
 
 // Op, positional args, keyword args by name, output metas.
 std::string node_key(const Node& n) {
-  std::string key = n.op();
+  // The op by its interned id: equal ids are equal names, and the key stays short.
+  std::string key = std::to_string(n.op_id().index());
   key += "(";
   for (const Arg& a : n.args()) {
     key_of_arg(a, key);
@@ -104,11 +105,12 @@ int eliminate_common_subexpressions(Graph& g) {
   // leave, clones come, neither is visited again).
   const std::unordered_set<const Value*> graph_outputs(g.outputs().begin(), g.outputs().end());
   auto is_graph_output = [&](const Value* v) { return graph_outputs.count(v) > 0; };
+  OpEffectCache effects;
   for (Node* n : nodes) {
-    if (must_keep(*n) || is_random_op(n->op())) continue;
+    if (effects.must_keep(*n) || effects.is_random_op(n->op_id())) continue;
     // A clone that is a graph output would only become another clone (and a second run would
     // find the clones this one adds).
-    if (n->op() == "aten.clone.default" && is_graph_output(n->output())) continue;
+    if (n->op_id() == opid::aten_clone_default && is_graph_output(n->output())) continue;
     auto [it, inserted] = first_of.emplace(node_key(*n), n);
     if (inserted) continue;
     Node* first = it->second;
@@ -128,7 +130,7 @@ int eliminate_common_subexpressions(Graph& g) {
       }
       g.replace_all_uses(from, to);
       if (at.empty()) continue;
-      Node* copy = g.add_node("aten.clone.default", {Arg(to)}, {}, {from->meta()});
+      Node* copy = g.add_node(opid::aten_clone_default, {Arg(to)}, {}, {from->meta()});
       std::vector<Value*> outputs = g.outputs();
       for (size_t j : at) outputs[j] = copy->output();
       g.set_outputs(std::move(outputs));

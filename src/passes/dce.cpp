@@ -12,9 +12,10 @@ int eliminate_dead_code(Graph& g) {
   std::unordered_set<const Value*> read(g.outputs().begin(), g.outputs().end());
   std::unordered_set<const Node*> dead;
   const auto& nodes = g.nodes();
+  OpEffectCache effects;
   for (size_t i = nodes.size(); i-- > 0;) {
     const Node* n = nodes[i];
-    bool live = must_keep(*n);
+    bool live = effects.must_keep(*n);
     for (const Value* v : n->outputs()) live = live || read.count(v);
     if (!live) {
       dead.insert(n);

@@ -121,4 +121,15 @@ bool has_side_effects(std::string_view op) {
 
 bool must_keep(const Node& n) { return n.outputs().empty() || has_side_effects(n.op()); }
 
+uint8_t OpEffectCache::bits(OpId op) {
+  if (op.index() >= bits_.size()) bits_.resize(op.index() + 1, 0);
+  uint8_t& b = bits_[op.index()];
+  if (b == 0) {
+    const std::string& name = op.name();
+    b = kKnown | (passes::is_random_op(name) ? kRandom : 0) |
+        (passes::has_side_effects(name) ? kEffects : 0);
+  }
+  return b;
+}
+
 }  // namespace coil::passes

@@ -66,6 +66,9 @@ LoadedPlugin detail::commit(const std::string& name, const Registrar& reg) {
   for (const auto& d : reg.ops()) {
     if (d.meta == nullptr)
       throw PluginError("plugin '" + name + "': op " + d.name + " has no meta function");
+    if (!d.schema_text.empty() && !ops::parse_schema(d.schema_text))
+      throw PluginError("plugin '" + name + "': op " + d.name + ": cannot parse its schema '" +
+                        d.schema_text + "'");
   }
   for (const auto& l : reg.lowerings()) {
     if (l.fn == nullptr)

@@ -15,7 +15,8 @@
 //     return (%4, %5)
 //
 // Op names are the full overload names as PyTorch prints an OpOverload: "aten.mm.default",
-// "aten.add.Tensor", "prims.convert_element_type.default".
+// "aten.add.Tensor", "prims.convert_element_type.default". A Node holds its op as an interned
+// OpId (coil/graph/op_id.h): the name is interned once when the node is created or parsed.
 //
 // The printer numbers values by definition order (inputs first), so ids in the text are
 // dense even after dead-code elimination; the parser accepts any distinct ids.
@@ -51,6 +52,7 @@
 #include <variant>
 #include <vector>
 
+#include "coil/graph/op_id.h"
 #include "coil/graph/tensor_meta.h"
 
 namespace coil {
@@ -108,7 +110,10 @@ class Value {
 
 class Node {
  public:
-  const std::string& op() const { return op_; }  // "aten.add.Tensor"
+  // The op's name, "aten.add.Tensor" (for messages and printing; compare op_id()).
+  const std::string& op() const { return op_.name(); }
+  // The op's interned id (coil/graph/op_id.h), what passes and lowering compare and index by.
+  OpId op_id() const { return op_; }
   const std::vector<Arg>& args() const { return args_; }
   const std::vector<std::pair<std::string, Arg>>& kwargs() const { return kwargs_; }
   const Arg* kwarg(std::string_view name) const;  // nullptr if absent
@@ -121,7 +126,7 @@ class Node {
 
  private:
   friend class Graph;
-  std::string op_;
+  OpId op_;
   std::vector<Arg> args_;
   std::vector<std::pair<std::string, Arg>> kwargs_;
   std::vector<Value*> outputs_;
@@ -137,9 +142,14 @@ class Graph {
 
   Value* add_input(TensorMeta meta);
   // Appends a node; output metas are given (from the front end, the parser, or a meta function).
-  Node* add_node(std::string op, std::vector<Arg> args,
-                 std::vector<std::pair<std::string, Arg>> kwargs,
+  Node* add_node(OpId op, std::vector<Arg> args, std::vector<std::pair<std::string, Arg>> kwargs,
                  std::vector<TensorMeta> output_metas);
+  // The same, interning the op's name (OpId::of).
+  Node* add_node(std::string_view op, std::vector<Arg> args,
+                 std::vector<std::pair<std::string, Arg>> kwargs,
+                 std::vector<TensorMeta> output_metas) {
+    return add_node(OpId::of(op), std::move(args), std::move(kwargs), std::move(output_metas));
+  }
   void set_outputs(std::vector<Value*> outputs);
 
   const std::vector<Value*>& inputs() const { return inputs_; }

@@ -21,7 +21,9 @@
 
 #include "coil/backend/policy/target_policy.h"
 #include "coil/graph/graph.h"
+#include "coil/graph/op_id.h"
 #include "coil/loop/program.h"
+#include "coil/ops/registry.h"
 #include "coil/support/options.h"
 
 namespace coil::lower {
@@ -54,17 +56,25 @@ class LoweringContext;
 // ctx.input(node, k); it returns one TensorValue per node output.
 using LoweringFn = std::function<std::vector<TensorValue>(LoweringContext& ctx, const Node& node)>;
 
+// The lowering half of the op table: one LoweringFn per op, in a table indexed by the op's
+// interned id (coil/graph/op_id.h), the same id the op registry (coil/ops/registry.h) indexes
+// its OpDefs by. An op without a lowering runs through the eager fallback.
 class LoweringRegistry {
  public:
-  void add(std::string op, LoweringFn fn);
+  // Interns `op`. CompileError when the op already has a lowering.
+  void add(std::string_view op, LoweringFn fn);
+  // O(1). nullptr when the op has no lowering.
+  const LoweringFn* find(OpId op) const {
+    if (op.index() >= by_id_.size() || !by_id_[op.index()]) return nullptr;
+    return &by_id_[op.index()];
+  }
+  // By name (interns nothing); for tools and bindings, not per node.
   const LoweringFn* find(std::string_view op) const;
-  std::vector<std::string> ops() const;  // sorted
+  std::vector<OpId> ids() const;         // the lowered ops, by id
+  std::vector<std::string> ops() const;  // their names, sorted
 
  private:
-  std::vector<std::pair<std::string, LoweringFn>> table_;  // sorted by op after build
-  friend const LoweringRegistry& lowering_registry();
-  friend void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns);
-  void finish();
+  std::vector<LoweringFn> by_id_;  // OpId index -> lowering; empty where there is none
 };
 
 // Every lowering coil has. Built on first use from the per-family register functions
@@ -75,6 +85,16 @@ const LoweringRegistry& lowering_registry();
 // it already has a lowering or appears twice. Thread-safe. For the plugin loader
 // (coil/plugin/loader.h).
 void register_lowerings(std::vector<std::pair<std::string, LoweringFn>> fns);
+
+// One op's whole definition, both halves found by its id: the op table's entry (name, family,
+// schema, meta function; nullptr when coil does not know the op) and its lowering (nullptr:
+// the op runs through the eager fallback).
+struct OpEntry {
+  OpId id;
+  const ops::OpDef* def = nullptr;
+  const LoweringFn* lowering = nullptr;
+};
+OpEntry op_entry(OpId id);
 
 // Per-family registration, one per file under src/lower/.
 void register_pointwise_lowerings(LoweringRegistry& r);

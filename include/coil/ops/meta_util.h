@@ -40,7 +40,9 @@ std::optional<PromoOperand> promo_operand(const Arg& a);
 // (aten.mul.Scalar's `other`, where.ScalarOther's `other`, ...). A graph value there is a 0-d
 // carrier of a symbolic Python number (a SymFloat passed as f64[]): it promotes as the number
 // it carries, not as a 0-d tensor (f32[] * f64[] carrier is f32, as mul.Scalar(f32, 2.5) is).
-bool is_scalar_slot(std::string_view op, size_t i);
+// Read from the op's schema (a number kind at that position); for an op without one, from
+// the overload name (".Scalar": `other`, ".Scalar_Tensor": `self`, ...).
+bool is_scalar_slot(OpId op, size_t i);
 
 // Strides of a fresh result of `sizes` laid out like the inputs (PyTorch's TensorIterator
 // rule: dims ordered by the inputs' strides, broadcast dims ignored); row-major when the

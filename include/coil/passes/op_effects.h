@@ -3,7 +3,9 @@
 // ("namespace.packet.overload"), shared by dce and cse.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "coil/graph/graph.h"
 
@@ -24,5 +26,20 @@ bool has_side_effects(std::string_view op);
 // A node the passes must keep even when nothing reads its outputs: one without outputs (it
 // exists for its effect) or of an op with side effects.
 bool must_keep(const Node& n);
+
+// The same rules, applied once per op and then looked up by the node's interned id (a graph
+// has a few dozen distinct ops among thousands of nodes). One per pass run: no state outlives
+// it.
+class OpEffectCache {
+ public:
+  bool is_random_op(OpId op) { return (bits(op) & kRandom) != 0; }
+  bool has_side_effects(OpId op) { return (bits(op) & kEffects) != 0; }
+  bool must_keep(const Node& n) { return n.outputs().empty() || has_side_effects(n.op_id()); }
+
+ private:
+  enum : uint8_t { kKnown = 1, kRandom = 2, kEffects = 4 };
+  uint8_t bits(OpId op);
+  std::vector<uint8_t> bits_;  // by OpId index; 0: not computed yet
+};
 
 }  // namespace coil::passes

@@ -126,9 +126,11 @@ class Registrar {
   };
 
   // An op as the graph text names it ("mylib.softsign.default" for torch.ops.mylib.softsign),
-  // its family, and its meta function (required: the verifier checks graphs with it).
-  void add_op(std::string name, ops::OpFamily family, ops::MetaFn meta) {
-    ops_.push_back(ops::OpDef{std::move(name), family, meta});
+  // its family, its meta function (required: the verifier checks graphs with it), and
+  // optionally its schema as PyTorch prints it (str(torch.ops.mylib.softsign.default._schema)):
+  // with one, the verifier checks each node's arguments against it (coil/ops/schema.h).
+  void add_op(std::string name, ops::OpFamily family, ops::MetaFn meta, std::string schema = {}) {
+    ops_.push_back(ops::OpDef{std::move(name), family, meta, std::move(schema)});
   }
   // How lowering turns a node of `op` into loop IR (coil/lower/lowering.h). An op without a
   // lowering still verifies and runs through the per-op eager fallback.

@@ -607,11 +607,30 @@ TEST(LowerCore, EveryLoweredOpHasAMeta) {
       "aten._scaled_dot_product_flash_attention.default",  // uint64 philox seed and offset
   };
   std::string missing;
-  for (const std::string& op : lowering_registry().ops()) {
-    if (ops::find_op(op) == nullptr && !exempt.count(op)) missing += op + " ";
+  for (OpId id : lowering_registry().ids()) {
+    const OpEntry e = op_entry(id);
+    ASSERT_NE(e.lowering, nullptr) << id.name();
+    if (e.def == nullptr && !exempt.count(id.name())) missing += id.name() + " ";
   }
   EXPECT_EQ(missing, "");
   for (const std::string& op : exempt) EXPECT_EQ(ops::find_op(op), nullptr) << op << " has one now";
+}
+
+// Both halves of an op are found by its id, and agree with the lookups by name.
+TEST(LowerCore, OpEntryByIdAgreesWithNames) {
+  for (const std::string& name : lowering_registry().ops()) {
+    const OpId id = OpId::of(name);
+    EXPECT_EQ(lowering_registry().find(id), lowering_registry().find(name)) << name;
+    EXPECT_EQ(op_entry(id).def, ops::find_op(name)) << name;
+  }
+  const OpEntry mm = op_entry(opid::aten_mm_default);
+  ASSERT_NE(mm.def, nullptr);
+  EXPECT_EQ(mm.def->name, "aten.mm.default");
+  EXPECT_NE(mm.lowering, nullptr);
+  // An op nobody registered: neither half.
+  const OpEntry none = op_entry(OpId::of("test_lower_core.unknown.default"));
+  EXPECT_EQ(none.def, nullptr);
+  EXPECT_EQ(none.lowering, nullptr);
 }
 
 TEST(LowerCore, SymbolicSizes) {

@@ -212,6 +212,16 @@ TEST(OpEffects, Names) {
   EXPECT_TRUE(has_side_effects("mylib.foo.default"));
   EXPECT_TRUE(has_side_effects("coil_functional.mylib__foo.default"));
   EXPECT_TRUE(has_side_effects("aten"));
+  // The per-run cache by id gives the rules' answers, asked twice (computed, then looked up).
+  OpEffectCache cache;
+  for (int round = 0; round < 2; ++round) {
+    for (std::string_view op :
+         {"aten.rand_like.default", "prims.uniform.default", "aten.add.Tensor",
+          "aten.copy_.default", "aten.add.out", "mylib.foo.default", "mylib.rand.default"}) {
+      EXPECT_EQ(cache.is_random_op(OpId::of(op)), is_random_op(op)) << op;
+      EXPECT_EQ(cache.has_side_effects(OpId::of(op)), has_side_effects(op)) << op;
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "coil/lower/lowering.h"
 #include "coil/ops/meta_util.h"
 #include "coil/ops/registry.h"
+#include "coil/ops/verify.h"
 #include "coil/passes/pass.h"
 #include "coil/plugin/loader.h"
 
@@ -149,6 +150,49 @@ TEST(PluginRegistration, BrokenEntriesAreErrors) {
   });
   EXPECT_NE(e.find("gets a lowering but has no meta function"), std::string::npos) << e;
   EXPECT_EQ(lower::lowering_registry().find("test_plugin.orphan.default"), nullptr);
+}
+
+// A plugin op with a schema: found by id, and the verifier checks its nodes' arguments with
+// it; a schema that does not parse is refused with the rest of the plugin.
+TEST(PluginRegistration, OpSchemasAreParsedAndChecked) {
+  register_plugin("t12", [](Registrar& r) {
+    r.add_op("test_plugin.scaled.default", ops::OpFamily::Pointwise, same_as_self,
+             "test_plugin::scaled(Tensor self, *, float scale=1.0) -> Tensor");
+    r.add_lowering("test_plugin.scaled.default", identity);
+  });
+  const OpId id = OpId::of("test_plugin.scaled.default");
+  const ops::OpDef* def = ops::find_op(id);
+  ASSERT_NE(def, nullptr);
+  EXPECT_EQ(def->id, id);
+  ASSERT_TRUE(def->schema.known);
+  ASSERT_EQ(def->schema.args.size(), 2u);
+  EXPECT_TRUE(def->schema.args[1].kwarg_only);
+  const lower::OpEntry entry = lower::op_entry(id);
+  EXPECT_EQ(entry.def, def);
+  EXPECT_NE(entry.lowering, nullptr);
+  auto verify = [](const std::string& call) -> std::string {
+    sym::Context ctx;
+    auto g = parse_graph("graph(%0: f32[2]):\n  %1: f32[2] = " + call + "\n  return (%1)\n", ctx);
+    try {
+      ops::verify_graph_meta(*g);
+    } catch (const CompileError& e) {
+      return e.what();
+    }
+    return "<ok>";
+  };
+  EXPECT_EQ(verify("test_plugin.scaled.default(%0, scale=2.0)"), "<ok>");
+  EXPECT_NE(verify("test_plugin.scaled.default(%0, factor=2.0)")
+                .find("keyword argument 'factor' is not an argument of its op"),
+            std::string::npos);
+
+  std::string e = error_of([] {
+    register_plugin("t13", [](Registrar& r) {
+      r.add_op("test_plugin.badschema.default", ops::OpFamily::Pointwise, same_as_self,
+               "test_plugin::badschema(Tensor self");
+    });
+  });
+  EXPECT_NE(e.find("cannot parse its schema"), std::string::npos) << e;
+  EXPECT_EQ(ops::find_op("test_plugin.badschema.default"), nullptr);
 }
 
 TEST(PluginAbi, OtherBuildsAreRefused) {
