@@ -122,7 +122,7 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     def available(n: fx.Node) -> bool:
         return n in forward and n not in mutated and (_is_primal(n) or n in read)
 
-    def saved_view_of(n: fx.Node) -> fx.Node | None:
+    def saved_view_of(n: fx.Node, exclude=frozenset()) -> fx.Node | None:
         """An available reshaping view of n (same elements, both contiguous), from which the
         backward gets n back as a view: BatchNorm's keepdim mean and inverse std, whose
         squeezed copies the backward reads anyway, where a chain needs the keepdim ones."""
@@ -134,7 +134,7 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
         for u in n.users:
             w = u.meta.get("val")
             if (u.op == "call_function" and u.target in _RESHAPE_OPS and u.args[0] is n
-                    and available(u) and isinstance(w, torch.Tensor)
+                    and u not in exclude and available(u) and isinstance(w, torch.Tensor)
                     and _static_contiguous(w) and w.numel() == v.numel()):
                 return u
         return None
@@ -142,27 +142,44 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     def recomputable(n: fx.Node) -> bool:
         return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
 
-    def can_take_again(n: fx.Node) -> bool:
-        """Whether n can be computed again from available values by cloning at most
-        MAX_RECOMPUTED_CHAIN recomputable nodes (n included)."""
+    def can_take_again(n: fx.Node) -> set[fx.Node] | None:
+        """The saved views n's chain reads (saved_view_of) where n can be computed again from
+        available values by cloning at most MAX_RECOMPUTED_CHAIN recomputable nodes (n
+        included); None where it cannot."""
         need: set[fx.Node] = set()
+        views: set[fx.Node] = set()
         stack = [n]
         while stack:
             m = stack.pop()
             if m in need:
                 continue
-            if m is not n and (available(m) or saved_view_of(m) is not None):
+            if m is not n and available(m):
+                continue
+            if m is not n and (u := saved_view_of(m, exclude={n})) is not None:
+                views.add(u)
                 continue
             if m in mutated or not recomputable(m):
-                return False
+                return None
             need.add(m)
             if len(need) > MAX_RECOMPUTED_CHAIN:
-                return False
+                return None
             stack.extend(a for a in m.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor))
-        return True
+        return views
 
-    candidates = [n for n in graph.nodes if n in read and recomputable(n) and can_take_again(n)]
+    reads_views = {n: v for n in graph.nodes
+                   if n in read and recomputable(n) and (v := can_take_again(n)) is not None}
+    # A chain that reads a saved view only works if that view stays saved: two reshaped
+    # views of one value (attention's probabilities, viewed for the softmax's gradient and
+    # for the batched product) would otherwise each be taken again through the other.
+    changed = True
+    while changed:
+        changed = False
+        for n, views in list(reads_views.items()):
+            if views & reads_views.keys():
+                del reads_views[n]
+                changed = True
+    candidates = [n for n in graph.nodes if n in reads_views]
     if not candidates:
         return 0
     taken = set(candidates)
@@ -179,7 +196,7 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
             return clones[n]
         if available(n) and n not in taken:
             return n  # saved, as it is
-        if n not in taken and (u := saved_view_of(n)) is not None:
+        if n not in taken and (u := saved_view_of(n, exclude=taken)) is not None:
             # n again, as a view of its saved reshaped copy.
             with graph.inserting_after(cursor):
                 c = graph.call_function(aten.view.default, (u, list(n.meta["val"].shape)))

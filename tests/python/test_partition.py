@@ -140,3 +140,37 @@ def test_batch_norm_outputs_taken_again_through_saved_statistics(monkeypatch):
     # Without the pass each layer saves its convolution's output, BatchNorm's output and the
     # clamped copy; with it, the convolutions' outputs (and the statistics) only.
     assert saved[True] <= saved[False] - 4, saved
+
+
+class _Attention(torch.nn.Module):
+    """T5's attention core: the probabilities are read by the softmax's gradient (as they
+    are) and by the batched product's (expanded and viewed to [B*H, T, T])."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+        self.bias = torch.nn.Parameter(torch.randn(1, 4, 16, 16) * 0.1)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (y.view(b, t, 4, 8).transpose(1, 2) for y in self.qkv(x).chunk(3, -1))
+        w = torch.softmax(q @ k.transpose(3, 2) + self.bias, dim=-1)
+        return (w @ v).transpose(1, 2).reshape(b, t, 32)
+
+
+def test_attention_probabilities_saved_once():
+    """The two views of the probabilities are not both saved: the [B*H, T, T] one is taken
+    again from the [B, H, T, T] one (and not each through the other, which would save both)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager_model = _Attention()
+    model = copy.deepcopy(eager_model)
+    x = torch.randn(2, 16, 32)
+    before = set(map(id, _forward_fns()))
+    compiled = torch.compile(model, backend="coil", options={"strict": True})
+    _assert_same_training(_train(model, compiled, x), _train(eager_model, eager_model, x))
+    (fn,) = [f for f in _forward_fns() if id(f) not in before]
+    outputs = fn.gm.graph.find_nodes(op="output")[0].args[0]
+    sizes = [o.meta["val"].numel() for o in outputs if hasattr(o, "meta")
+             and isinstance(o.meta.get("val"), torch.Tensor)]
+    assert sizes.count(2 * 4 * 16 * 16) == 1, sizes
