@@ -19,8 +19,8 @@
 //
 // The program is assembled by the test as: EMU_PART 1 (macros), the template's preamble and
 // constants, EMU_PART 2 (the PTX functions), the template's kernel, EMU_PART 3 (main).
-// main: m n k batch bias activation alpha late smem_bytes  ->  prints "max_err <e> max_ref <r>" and exits
-// 0, or prints what went wrong and exits 1.
+// main: m n k batch bias activation alpha late smem_bytes  ->  prints "max_err <e> max_ref <r>" and
+// exits 0, or prints what went wrong and exits 1.
 
 #if EMU_PART == 1
 #include <math.h>
