@@ -7,9 +7,9 @@
 Each variant is the dashboard's step (bench/dashboard.py: bf16 inference, or an fp32 training
 step with TF32 and SGD) under torch.compile. Steps are timed interleaved (best of 5 rounds of 10),
 then, unless --no-profile, 5 steps of each run under torch.profiler (CUPTI also sees the kernels
-of replayed CUDA graphs), and the kernel time per step is split into convolutions, products,
-generated kernels (Triton's, coil's), copies, the optimizer and the rest, with the longest
-kernels listed. `coil_b` is coil with other options (--coil-b-options): an A/B of one option in
+of replayed CUDA graphs), and the kernel time per step is split by kind (bench/gpu_profile.py:
+kernel_kind: generated kernels, Triton's or coil's; a library's convolutions and products;
+layout transposes; attention; copies; the optimizer), with the longest kernels listed. `coil_b` is coil with other options (--coil-b-options): an A/B of one option in
 one process, on one card. Where the dashboard's step time is close to the kernel time, the model
 is GPU-bound and these kinds say where the gap is; coil's kernel names match the `kernelN` of a
 COIL_DEBUG dump's 03_schedule.txt and 05_kernels.cpp.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import sys
 import time
 
@@ -33,6 +32,7 @@ import coil  # noqa: E402,F401  (registers the backend where the entry point is 
 from coil import backend as coil_backend  # noqa: E402
 import dashboard  # noqa: E402
 import dashboard_models  # noqa: E402
+from gpu_profile import kernel_kind  # noqa: E402
 
 
 def parse_options(text: str) -> dict:
@@ -41,21 +41,6 @@ def parse_options(text: str) -> dict:
         k, v = kv.split("=", 1)
         out[k] = {"1": True, "0": False}.get(v, v)
     return out
-
-
-def kind_of(kernel: str) -> str:
-    k = kernel.lower()
-    if "multi_tensor" in k or "foreach" in k:
-        return "optimizer"
-    if k.startswith("triton") or re.match(r"(fw_|bw_)?kernel\d+", k):
-        return "generated"
-    if any(s in k for s in ("conv", "dgrad", "wgrad", "fprop", "implicit", "depthwise")):
-        return "conv"
-    if any(s in k for s in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
-        return "product"
-    if any(s in k for s in ("memcpy", "memset", "copy")):
-        return "copy"
-    return "other"
 
 
 def make_step(model, inputs, mode: str, compiler: str, compile_mode: str | None, options: dict):
@@ -156,12 +141,12 @@ def main() -> None:
             t = e.self_device_time_total / n / 1e3
             if t <= 0:
                 continue
-            kinds[kind_of(e.key)] = kinds.get(kind_of(e.key), 0.0) + t
+            kinds[kernel_kind(e.key)] = kinds.get(kernel_kind(e.key), 0.0) + t
             kernels.append((t, e.count // n, e.key[:110]))
         print(f"== {v}: kernel ms/step {sum(kinds.values()):.3f}: " + ", ".join(
             f"{k} {t:.3f}" for k, t in sorted(kinds.items(), key=lambda x: -x[1])))
         for t, count, name in sorted(kernels, reverse=True)[:a.top]:
-            print(f"   {t:7.3f} ms x{count:<3d} {kind_of(name):9s} {name}")
+            print(f"   {t:7.3f} ms x{count:<3d} {kernel_kind(name):9s} {name}")
 
 
 if __name__ == "__main__":

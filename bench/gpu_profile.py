@@ -57,6 +57,7 @@ def _origins(prof, pattern: str, calls: int, top: int) -> None:
 
 
 _KINDS = (  # (kind, name fragments), first match wins
+    ("optimizer", ("multi_tensor_apply", "foreach")),
     ("layout", ("nchwToNhwc", "nhwcToNchw", "transpose_readWrite")),
     # cuDNN runs 1x1 convolutions as GEMMs and cuBLASLt uses CUTLASS: one kind for both
     ("conv/gemm", ("conv", "dgrad", "wgrad", "fprop", "gemm", "xmma", "cudnn", "cutlass", "sm90_",
@@ -66,9 +67,10 @@ _KINDS = (  # (kind, name fragments), first match wins
 )
 
 
-def _kind(name: str) -> str:
+def kernel_kind(name: str) -> str:
     """A kernel's kind for the per-kind sums: a compiler's generated kernel, cuDNN's layout
-    transposes, a library's convolution/product or attention, copies and fills."""
+    transposes, a library's convolution/product or attention, copies and fills, the
+    optimizer's multi-tensor kernels (bench/dashboard_kernels.py uses it too)."""
     if re.match(r"triton_|(fw_|bw_)?kernel\d", name):  # Inductor's and coil's own kernels
         return "generated"
     for kind, fragments in _KINDS:
@@ -123,8 +125,8 @@ def profile_one(case, compiler: str, size: str, calls: int, top: int, host: bool
     by_kind = collections.Counter()
     n_kind = collections.Counter()
     for name, us in kernels.items():
-        by_kind[_kind(name)] += us
-        n_kind[_kind(name)] += counts[name]
+        by_kind[kernel_kind(name)] += us
+        n_kind[kernel_kind(name)] += counts[name]
     print("  by kind: " + ", ".join(f"{k} {us / calls / 1e3:.3f} ms (x{n_kind[k] / calls:.0f})"
                                     for k, us in by_kind.most_common()))
     for name, us in kernels.most_common(top):

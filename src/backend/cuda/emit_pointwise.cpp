@@ -107,12 +107,7 @@ int KernelEmitter::vector_width(size_t inner) {
 // dim is the channel, so the thread's `vec` channels are all read or all padding, and the
 // vector load runs under the one condition (emit_pointwise).
 bool KernelEmitter::mask_invariant(const loop::Body& b, InstrId mask, Expr var) {
-  std::vector<InstrId> todo{mask};
-  std::set<InstrId> seen;
-  while (!todo.empty()) {
-    const InstrId id = todo.back();
-    todo.pop_back();
-    if (!seen.insert(id).second) continue;
+  for (InstrId id : mask_chain(b, mask)) {
     const Instr& in = b.instrs[id];
     switch (in.kind) {
       case InstrKind::Load:
@@ -126,16 +121,13 @@ bool KernelEmitter::mask_invariant(const loop::Body& b, InstrId mask, Expr var) 
       default:
         break;
     }
-    if (in.mask >= 0) todo.push_back(in.mask);
-    for (InstrId o : in.operands)
-      if (o >= 0) todo.push_back(o);
   }
   return true;
 }
 
-// The instructions `mask` is computed from, in body order, each as its `const` value (for the
-// scope the caller opened): mask_invariant's chain, so none loads.
-void KernelEmitter::emit_mask(const loop::Body& b, InstrId mask) {
+// The instructions `mask` is computed from, itself included, in body order (ids ascend, and
+// operands come before their readers).
+std::set<InstrId> KernelEmitter::mask_chain(const loop::Body& b, InstrId mask) {
   std::set<InstrId> chain;
   std::vector<InstrId> todo{mask};
   while (!todo.empty()) {
@@ -147,7 +139,13 @@ void KernelEmitter::emit_mask(const loop::Body& b, InstrId mask) {
     for (InstrId o : in.operands)
       if (o >= 0) todo.push_back(o);
   }
-  for (InstrId id : chain)  // ids ascend in body order, operands first
+  return chain;
+}
+
+// The mask's chain, each instruction as its `const` value (for the scope the caller opened);
+// mask_invariant's chain, so none loads.
+void KernelEmitter::emit_mask(const loop::Body& b, InstrId mask) {
+  for (InstrId id : mask_chain(b, mask))
     line("const " + compute_ctype(b.instrs[id].dtype) + " " + tmp(id) + " = " + instr_expr(b, id) +
          ";");
 }

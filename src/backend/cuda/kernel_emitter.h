@@ -94,6 +94,7 @@ class KernelEmitter {
   int vector_width(size_t inner);
   int forwarded_store(size_t m, const Instr& load);
   bool mask_invariant(const loop::Body& b, InstrId mask, Expr var);
+  std::set<InstrId> mask_chain(const loop::Body& b, InstrId mask);
   void emit_mask(const loop::Body& b, InstrId mask);
   bool starts_aligned(const std::vector<Expr>& starts, int vec);
   void emit_member_stores();
