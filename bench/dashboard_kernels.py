@@ -62,6 +62,26 @@ def make_step(model, inputs, mode: str, compiler: str, compile_mode: str | None,
     return step
 
 
+def print_cudnn_choices() -> None:
+    """What timing cuDNN's engines (option cuda_conv_measure) gained over the heuristics' first,
+    summed over the process's convolution problems (each measured once, whichever variant)."""
+    from coil import _coil
+
+    every = _coil.cudnn_engine_choices()
+    got = [c for c in every if len(c["ms"]) > 1 and c["chosen"] >= 0]
+    if not got:
+        return
+    print(f"cuDNN plans built for {len(every)} problems in {sum(c['build_ms'] for c in every):.0f} ms"
+          f" ({sum(any(c['runtime_compiled']) for c in every)} with engines compiled at run time)")
+    first = sum(c["ms"][0] for c in got if c["ms"][0] >= 0)
+    best = sum(c["ms"][c["chosen"]] for c in got if c["ms"][0] >= 0)
+    print(f"cuDNN engines timed for {len(got)} problems: heuristics' first {first:.3f} ms, "
+          f"fastest {best:.3f} ms (one call of each)")
+    for c in sorted(got, key=lambda c: c["ms"][c["chosen"]] - c["ms"][0])[:8]:
+        rc = "rtc " if c["runtime_compiled"][c["chosen"]] else ""
+        print(f"   {c['ms'][0]:.3f} -> {c['ms'][c['chosen']]:.3f} ms {rc} {c['problem'][:150]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -93,10 +113,17 @@ def main() -> None:
         opts = parse_options(a.coil_b_options if v == "coil_b" else a.coil_options)
         steps[v] = make_step(model, inputs, a.mode, compiler, compile_mode,
                              opts if compiler == "coil" else {})
-    for s in steps.values():
-        for _ in range(4):
+    first = {}  # the first step: compilation (and first-call measurements) included
+    for v, s in steps.items():
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        s()
+        torch.cuda.synchronize()
+        first[v] = time.perf_counter() - t
+        for _ in range(3):
             s()
     torch.cuda.synchronize()
+    print("first step s (compile included): " + ", ".join(f"{v} {t:.1f}" for v, t in first.items()))
     best = {v: float("inf") for v in steps}
     for _ in range(5):
         for v, s in steps.items():
@@ -125,6 +152,7 @@ def main() -> None:
     if peaks:
         print("peak MiB above the step's start: "
               + ", ".join(f"{v} {m:.0f}" for v, m in peaks.items()))
+    print_cudnn_choices()
     if a.no_profile:
         return
     from torch.profiler import ProfilerActivity, profile

@@ -532,7 +532,9 @@ def mode_options(mode: str | None) -> dict[str, Any]:
         cuBLASLt and a few template tile shapes, and keeps the template only where it is
         faster; docs/cuda-backend.md, "Matrix-product templates").
       max-autotune-no-cudagraphs: the default mode with those products.
-    Both max-autotune modes also measure, on the CPU, coil's library kernel against ATen's for
+    Both max-autotune modes also time cuDNN's first few engines for each convolution on its
+    first call and keep the fastest (option cuda_conv_measure; the other modes take the
+    heuristics' first, as PyTorch does without torch.backends.cudnn.benchmark), and measure, on the CPU, coil's library kernel against ATen's for
     each product and convolution (extern_provider="measured"). Launch configurations and CPU
     GEMM libraries are measured in every mode."""
     if mode is None or mode == "default":
@@ -545,6 +547,7 @@ def mode_options(mode: str | None) -> dict[str, Any]:
         opts["reduce_overhead"] = True
     if mode.startswith("max-autotune"):
         opts["cuda_gemm_templates"] = True
+        opts["cuda_conv_measure"] = True
         # CPU products and convolutions: coil's library kernels or ATen's, whichever measured
         # faster on the first run of each size (runtime/program_extern.cpp: measure_provider).
         opts["extern_provider"] = "measured"

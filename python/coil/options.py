@@ -40,6 +40,10 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_nvrtc_path": str,
     "cuda_allow_tf32": bool,
     "cuda_conv_allow_tf32": bool,
+    # cuDNN convolutions: the heuristics' first few engines timed on the first call, the
+    # fastest kept (torch.backends.cudnn.benchmark's rule; the max-autotune modes); off (the
+    # default): the heuristics' first.
+    "cuda_conv_measure": bool,
     "cuda_autotune": bool,
     "cuda_compile_jobs": int,
     "cuda_row_entry": str,

@@ -112,7 +112,8 @@ TensorValue gather_pixels(LoweringContext& ctx, const TensorValue& x, Expr OH, E
                                                         : contiguous_strides(c, picked.sizes));
 }
 
-// bias[o] added to `v` (dims [N, O, ...]) as a lazy pointwise value.
+}  // namespace
+
 TensorValue add_bias(LoweringContext& ctx, const TensorValue& v, const TensorValue& bias) {
   Loader inner = v.load, lb = bias.load;
   const DType acc = dtype_compute(v.dtype);
@@ -125,6 +126,8 @@ TensorValue add_bias(LoweringContext& ctx, const TensorValue& v, const TensorVal
       },
       v.inline_cost + bias.inline_cost + 1, v.inline_reads + bias.inline_reads + 1);
 }
+
+namespace {
 
 // --- 1x1 convolutions as products
 
@@ -462,16 +465,23 @@ std::optional<TensorValue> depthwise_conv(LoweringContext& ctx, const Node& node
 // for those it does not).
 using Grads = std::array<std::optional<TensorValue>, 3>;
 
-// sum over n, h, w of g[n, o, h, w]: the bias gradient.
+}  // namespace
+
 TensorValue bias_grad(LoweringContext& ctx, const TensorValue& g, DType dt) {
   Loader gl = g.load;
   const DType acc = dtype_compute(dt);
+  std::vector<Expr> rest = {g.sizes[0]};
+  rest.insert(rest.end(), g.sizes.begin() + 2, g.sizes.end());
   return ctx.reduce(
-      loop::ReduceKind::Sum, dt, {g.sizes[1]}, {g.sizes[0], g.sizes[2], g.sizes[3]},
+      loop::ReduceKind::Sum, dt, {g.sizes[1]}, rest,
       [gl, acc](BodyBuilder& b, const std::vector<Expr>& o, const std::vector<Expr>& r) {
-        return b.cast(gl(b, {r[0], o[0], r[1], r[2]}), acc);
+        std::vector<Expr> at = {r[0], o[0]};
+        at.insert(at.end(), r.begin() + 1, r.end());
+        return b.cast(gl(b, at), acc);
       });
 }
+
+namespace {
 
 // 1x1, stride 1, no padding, groups 1: both gradients are products.
 std::optional<Grads> pointwise_conv_backward(LoweringContext& ctx, const Node& node,

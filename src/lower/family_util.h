@@ -56,6 +56,10 @@ std::vector<TensorValue> aten_extern(LoweringContext& ctx, const Node& node,
 // nullopt to run it as an extern; `ints` in conv_ints' layout. Defined in conv_native.cpp.
 std::optional<TensorValue> lower_convolution_natively(LoweringContext& ctx, const Node& node,
                                                       const std::vector<int64_t>& ints);
+// bias[o] added to `v` (dims [N, O, ...]) as a lazy pointwise value, and the bias gradient
+// (the sum of `g` over every dim but 1). Defined in conv_native.cpp.
+TensorValue add_bias(LoweringContext& ctx, const TensorValue& v, const TensorValue& bias);
+TensorValue bias_grad(LoweringContext& ctx, const TensorValue& g, DType dt);
 // The same for a convolution_backward node: the gradients `output_mask` asks for, in order.
 std::optional<std::vector<TensorValue>> lower_convolution_backward_natively(
     LoweringContext& ctx, const Node& node, const std::vector<int64_t>& ints,

@@ -428,15 +428,18 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   const TensorMeta& input_meta = node.arg(0, "input")->value()->meta();
   e.inputs = {ctx.as_buffer(ctx.realize_like(cast_value(ctx, input, dt), input_meta)),
               ctx.as_buffer(cast_value(ctx, weight, dt))};
-  if (bias != nullptr && bias->is_value()) {
+  const bool has_bias = bias != nullptr && bias->is_value();
+  const bool bias_pointwise = has_bias && ctx.target().convolution_bias_pointwise;
+  if (has_bias && !bias_pointwise)
     e.inputs.push_back(ctx.as_buffer(cast_value(ctx, ctx.value(bias->value()), dt)));
-  }
   e.ints = conv_ints(node, 3, rank - 2);
   const TensorMeta& meta = node.output(0)->meta();
   BufferId out = ctx.new_buffer(dt, meta.sizes);
   ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), meta);
   e.outputs = {out};
   ctx.add_extern(std::move(e));
+  if (bias_pointwise)
+    return {add_bias(ctx, ctx.from_buffer(out), cast_value(ctx, ctx.value(bias->value()), dt))};
   return {ctx.from_buffer(out)};
 }
 
@@ -463,6 +466,13 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
     if (auto native = lower_convolution_backward_natively(ctx, node, conv_ints(node, 4, 2), mask))
       return *native;
   }
+  // A bias gradient the library does not compute is a reduction of grad_output.
+  std::optional<TensorValue> grad_bias;
+  if (mask[2] && ctx.target().convolution_bias_pointwise) {
+    grad_bias = bias_grad(ctx, grad, node.output(wanted - 1)->meta().dtype);
+    mask[2] = 0;
+    if (!mask[0] && !mask[1]) return {*grad_bias};
+  }
   ExternNode e = extern_for(ctx, node, ExternKind::ConvolutionBackward);
   // grad_output and input keep the graph's layout, as the forward's input does: cuDNN converts
   // grad_output to the input's memory format, so a channels-last grad_output realized next to a
@@ -476,13 +486,15 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
   e.ints = conv_ints(node, 4, rank - 2);
   e.ints.insert(e.ints.end(), mask.begin(), mask.end());
   std::vector<TensorValue> outs;
-  for (const Value* v : node.outputs()) {
-    BufferId out = ctx.new_buffer(v->meta().dtype, v->meta().sizes);
-    ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), v->meta());
+  for (int64_t k = 0; k < mask[0] + mask[1] + mask[2]; ++k) {
+    const TensorMeta& meta = node.output(static_cast<size_t>(k))->meta();
+    BufferId out = ctx.new_buffer(meta.dtype, meta.sizes);
+    ctx.program().buffers[out].strides = dense_strides_like(ctx.ctx(), meta);
     e.outputs.push_back(out);
   }
   ctx.add_extern(e);
   for (BufferId out : e.outputs) outs.push_back(ctx.from_buffer(out));
+  if (grad_bias) outs.push_back(*grad_bias);
   return outs;
 }
 

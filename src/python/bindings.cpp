@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "coil/backend/cuda/cudnn.h"
 #include "coil/backend/cuda/driver.h"
 #include "coil/backend/cuda/gemm_template.h"
 #include "coil/backend/cuda/nvrtc.h"
@@ -469,6 +470,21 @@ NB_MODULE(_coil, m) {
     return out;
   });
   m.def("clear_gemm_template_events", [] { backend::cuda::clear_gemm_template_events(); });
+  // cuDNN engines timed per convolution problem (option cuda_conv_measure; tests, benchmarks).
+  m.def("cudnn_engine_choices", [] {
+    nb::list out;
+    for (const auto& c : backend::cuda::conv_engine_choices()) {
+      nb::dict d;
+      d["problem"] = c.problem;
+      d["engines"] = c.engines;
+      d["ms"] = c.ms;
+      d["chosen"] = c.chosen;
+      d["runtime_compiled"] = c.runtime_compiled;
+      d["build_ms"] = c.build_ms;
+      out.append(d);
+    }
+    return out;
+  });
   auto parse_dtype = [](const std::string& name) {
     std::optional<DType> t = dtype_from_name(name);
     if (!t) throw std::invalid_argument("unknown dtype " + name);

@@ -25,7 +25,7 @@ bool cudnn_conv_supported(bool backward, DType dtype, int rank, size_t num_input
 
 bool run_cudnn_conv(bool backward, const kernels::ConvParams& p, const int64_t* mask,
                     const std::vector<RuntimeTensor>& ins, const std::vector<RuntimeTensor>& outs,
-                    bool allow_tf32, const CudaSteps& steps, const RunContext& rc,
+                    bool allow_tf32, bool measure, const CudaSteps& steps, const RunContext& rc,
                     std::string* why) {
   std::vector<std::shared_ptr<void>> keep;  // freed after the work is queued: stream-ordered
   const cu::WorkspaceFn workspace = [&](size_t bytes) {
@@ -38,6 +38,7 @@ bool run_cudnn_conv(bool backward, const kernels::ConvParams& p, const int64_t* 
   a.padding = p.padding;
   a.dilation = p.dilation;
   a.allow_tf32 = allow_tf32;
+  a.measure = measure;
   if (!backward) {
     a.pass = cu::ConvPass::Forward;
     a.dtype = ins[0].dtype;

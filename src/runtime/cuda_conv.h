@@ -19,7 +19,7 @@ bool cudnn_conv_supported(bool backward, DType dtype, int rank, size_t num_input
 // workspace comes from the run's allocator. False (with *why) where cuDNN has no plan for it.
 bool run_cudnn_conv(bool backward, const kernels::ConvParams& p, const int64_t* mask,
                     const std::vector<RuntimeTensor>& ins, const std::vector<RuntimeTensor>& outs,
-                    bool allow_tf32, const CudaSteps& steps, const RunContext& rc,
+                    bool allow_tf32, bool measure, const CudaSteps& steps, const RunContext& rc,
                     std::string* why);
 
 }  // namespace coil::runtime::detail

@@ -100,6 +100,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
   m.rng_state = program.rng_state;
   m.allow_tf32 = options.cuda_allow_tf32;
   m.conv_allow_tf32 = options.cuda_conv_allow_tf32;
+  m.conv_measure = options.cuda_conv_measure;
   if (options.seed >= 0) {
     m.seed = static_cast<uint64_t>(options.seed);
   } else {

@@ -141,7 +141,7 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
       const bool backward = call.kind == ExternKind::ConvolutionBackward;
       if (detail::run_cudnn_conv(backward, call.conv,
                                  backward ? &call.ints[call.ints.size() - 3] : nullptr, ins, outs,
-                                 conv_allow_tf32, *cuda, rc, &why))
+                                 conv_allow_tf32, conv_measure, *cuda, rc, &why))
         return;
     } else if (call.kind == ExternKind::IndexPut) {
       RuntimeTensor out = view(call.outputs[0], bufs, env, storages, in);
@@ -160,6 +160,10 @@ void Program::Impl::run_extern(const ExternCall& call, std::vector<void*>& bufs,
   // The host: ATen through the fallback callback, its results adopted or copied.
   auto run_host = [&] {
     std::vector<RuntimeTensor> res = fallback(call.graph_node, ins);
+    // A convolution_backward whose bias gradient coil computes itself (the lowering's
+    // convolution_bias_pointwise): ATen, called with the graph's output_mask, returns it last.
+    if (call.kind == ExternKind::ConvolutionBackward && res.size() == call.outputs.size() + 1)
+      res.pop_back();
     if (res.size() != call.outputs.size())
       throw std::runtime_error("coil: fallback for " + call.op + " returned " +
                                std::to_string(res.size()) + " tensors, expected " +

@@ -136,6 +136,7 @@ struct Program::Impl {
   int num_size_symbols = 0;
   bool allow_tf32 = false;      // CompileOptions::cuda_allow_tf32, for float32 cuBLASLt products
   bool conv_allow_tf32 = true;  // CompileOptions::cuda_conv_allow_tf32, for cuDNN
+  bool conv_measure = false;    // CompileOptions::cuda_conv_measure, for cuDNN
   // Profiling (Program::set_profiling): nanoseconds per step, summed over profiled runs.
   mutable std::atomic<bool> profiling{false};
   mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns;

@@ -175,9 +175,9 @@ def test_small_cnn_training_step_matches_eager(channels_last):
         torch.testing.assert_close(g, r.grad, rtol=1e-3, atol=1e-3)
 
 
-# Depthwise convolutions (groups = channels) are generated loops on the GPU, forward and
-# backward (src/lower/conv_native.cpp; option cuda_native_depthwise): cuDNN's grouped kernel
-# for MobileNetV2's layers was 10-30x slower. name: (input, weight, stride, padding, cl)
+# Depthwise convolutions (groups = channels) as generated loops on the GPU, forward and
+# backward (src/lower/conv_native.cpp; option cuda_native_depthwise, off by default since
+# cuDNN's engine choice is measured: docs/decisions.md). name: (input, weight, stride, padding, cl)
 DEPTHWISE = {
     "3x3_channels_last": ((4, 32, 14, 14), (32, 1, 3, 3), 1, 1, True),
     "3x3_stride2_nchw": ((2, 24, 15, 15), (24, 1, 3, 3), 2, 1, False),
@@ -209,7 +209,8 @@ def test_depthwise_convolution_is_generated(case, dtype):
             f"  %4: {_ty(dx)}, %5: {_ty(dw)} = aten.convolution_backward.default(%2, %0, %1, "
             f"[0], {_lists(2, stride, padding, 1)}, {groups}, [true, true, false])\n"
             f"  return (%3, %4, %5)\n")
-    g = _compile(cc, text)
+    g = C.compile(text, {"cache_dir": "", **cc.compile_options(), "cuda_conv_allow_tf32": False,
+                         "cuda_native_depthwise": True}, None)
     assert "convolution" not in g.describe(), g.describe()
     got, got_dx, got_dw = g.run([x, w, dy], **cc.run_kwargs())
     tol = TOL[dtype] if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
@@ -218,7 +219,87 @@ def test_depthwise_convolution_is_generated(case, dtype):
     # The weight gradient sums N*H*W products: compared relative to its scale.
     scale = dw.float().abs().max().item()
     assert (got_dw.float() - dw.float()).abs().max().item() <= 2e-2 * scale
-    # With the option off they go to cuDNN.
+    # With the option off (the default) they go to cuDNN.
     off = C.compile(text, {"cache_dir": "", **cc.compile_options(),
                            "cuda_conv_allow_tf32": False, "cuda_native_depthwise": False}, None)
     assert "extern convolution aten.convolution.default" in off.describe(), off.describe()
+    got, got_dx, got_dw = off.run([x, w, dy], **cc.run_kwargs())
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(got_dx, dx, **tol)
+    assert (got_dw.float() - dw.float()).abs().max().item() <= 2e-2 * scale
+
+
+def _choices_since(n):
+    return C.cudnn_engine_choices()[n:]
+
+
+@pytest.mark.parametrize("measure", [True, False])
+def test_cudnn_engines_measured_on_first_call(measure):
+    """cuda_conv_measure times the heuristics' first engines once per problem and keeps the
+    fastest; the weight's size-1 dim gets the input's layout (a depthwise [C, 1, 3, 3] weight of
+    NCHW strides next to an NHWC input)."""
+    cc = _need_gpu()
+    torch.manual_seed(0)
+    # A channel count no other test uses: this problem is new to the process's plan cache.
+    x = torch.randn(4, 40, 28, 28, device="cuda").to(torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    w = torch.randn(40, 1, 3, 3, device="cuda").to(torch.bfloat16)  # NCHW strides (9, 9, 3, 1)
+    want = _reference_conv(x, w, 1, 1, 1, 40)
+    text = (f"graph(%0: {_ty(x)}, %1: {_ty(w)}):\n"
+            f"  %2: {_ty(want)} = aten.convolution.default(%0, %1, None, "
+            f"{_lists(2, 1, 1, 1)}, 40)\n"
+            f"  return (%2)\n")
+    opts = {"cache_dir": "", **cc.compile_options(), "cuda_native_depthwise": False,
+            "cuda_conv_measure": measure}
+    g = C.compile(text, opts, None)
+    assert "extern convolution aten.convolution.default (library)" in g.describe(), g.describe()
+    before = len(C.cudnn_engine_choices())
+    for _ in range(3):  # measured on the first call only
+        (got,) = g.run([x, w], **cc.run_kwargs())
+        torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
+    new = [c for c in _choices_since(before) if "x[4,40,28,28]" in c["problem"]]
+    if not measure:
+        assert new == []
+        return
+    assert len(new) == 1, new
+    c = new[0]
+    assert "w[40,1,3,3]s[9,1,3,1]" in c["problem"], c["problem"]
+    if len(c["engines"]) == 1:  # nothing to time
+        assert c["ms"] == [] and c["chosen"] == 0, c
+        return
+    assert len(c["engines"]) == len(c["ms"]), c
+    ran = [(ms, i) for i, ms in enumerate(c["ms"]) if ms >= 0]
+    assert ran and c["chosen"] == min(ran)[1], c
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bias_is_added_by_coil_and_the_convolution_stays_on_cudnn(dtype):
+    """cuDNN through coil takes no bias: the lowering adds it pointwise after the convolution
+    and reduces grad_output for its gradient, so neither goes to the host."""
+    cc = _need_gpu()
+    x, w, stride, padding, dilation, groups = _make("3x3_channels_last", dtype)
+    b = torch.randn(w.shape[0], device="cuda").to(dtype)
+    want = _reference_conv(x, w, stride, padding, dilation, groups, bias=b)
+    dy = torch.randn(want.shape, device="cuda").to(dtype).contiguous(
+        memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        dx, dw, db = torch.ops.aten.convolution_backward.default(
+            dy, x, w, [b.shape[0]], [stride] * 2, [padding] * 2, [dilation] * 2, False, [0] * 2,
+            groups, [True, True, True])
+    lists = _lists(2, stride, padding, dilation)
+    text = (f"graph(%0: {_ty(x)}, %1: {_ty(w)}, %2: {_ty(b)}, %3: {_ty(dy)}):\n"
+            f"  %4: {_ty(want)} = aten.convolution.default(%0, %1, %2, {lists}, {groups})\n"
+            f"  %5: {_ty(dx)}, %6: {_ty(dw)}, %7: {_ty(db)} = aten.convolution_backward.default("
+            f"%3, %0, %1, [{b.shape[0]}], {lists}, {groups}, [true, true, true])\n"
+            f"  return (%4, %5, %6, %7)\n")
+    g = _compile(cc, text)
+    d = g.describe()
+    assert "aten.convolution.default (library)" in d, d
+    assert "aten.convolution_backward.default (library)" in d, d
+    got, got_dx, got_dw, got_db = g.run([x, w, b, dy], **cc.run_kwargs())
+    tol = TOL[dtype] if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(got_dx, dx, **tol)
+    for got_t, t in ((got_dw, dw), (got_db, db)):  # sums of many products: relative to scale
+        scale = t.float().abs().max().item()
+        assert (got_t.float() - t.float()).abs().max().item() <= 2e-2 * scale

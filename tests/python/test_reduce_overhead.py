@@ -23,7 +23,8 @@ def test_modes_stand_for_options():
     assert backend.mode_options(None) == {}
     assert backend.mode_options("default") == {}
     assert backend.mode_options("reduce-overhead") == {"reduce_overhead": True}
-    autotune = {"cuda_gemm_templates": True, "extern_provider": "measured"}
+    autotune = {"cuda_gemm_templates": True, "cuda_conv_measure": True,
+                "extern_provider": "measured"}
     assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **autotune}
     assert backend.mode_options("max-autotune-no-cudagraphs") == autotune
     with pytest.raises(ValueError, match="unknown torch.compile mode 'fast'"):

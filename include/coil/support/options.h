@@ -31,6 +31,7 @@ namespace coil {
   X(std::string, cuda_nvrtc_path, "", false)     /* libnvrtc to dlopen; "": by soname */          \
   X(bool, cuda_allow_tf32, false, false)         /* fp32 matmuls may use TF32 (torch's flag) */   \
   X(bool, cuda_conv_allow_tf32, true, false)     /* fp32 convs may use TF32 (cudnn.allow_tf32) */ \
+  X(bool, cuda_conv_measure, false, false)       /* time cuDNN's top engines (max-autotune) */    \
   X(bool, cuda_autotune, true, false)            /* measure launch configs once, cache them */    \
   X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
   X(std::string, cuda_row_entry, "", false)      /* "_br": force a row entry point (tests) */     \
@@ -43,7 +44,7 @@ namespace coil {
   X(int64_t, compile_timeout_s, 300, false)      /* host compiler killed after; 0: no limit */    \
   X(int64_t, cuda_device, 0, false)              /* CUDA device ordinal the graph runs on */      \
   X(bool, cpu_native_convolutions, true, true)   /* CPU 1x1/depthwise convs: products, loops */   \
-  X(bool, cuda_native_depthwise, true, true)     /* CUDA depthwise convs: generated loops */      \
+  X(bool, cuda_native_depthwise, false, true)    /* CUDA depthwise convs: loops, not cuDNN */     \
   X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */     \
   X(std::string, passes, "dce,cse", true)        /* graph passes, in order (src/passes) */        \
   X(std::string, backend_target, "", true)       /* backend by name; "": the device's default */

@@ -1,6 +1,7 @@
 #include "coil/backend/cuda/cudnn.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,7 @@ enum : int {
   kPackUniqueIds = 1000,
   kPackDataPointers = 1001,
   kPackWorkspace = 1003,
+  kEngineGlobalIndex = 1301,
   kEngineNumericalNote = 1303,
   kEngineBehaviorNote = 1305,
   // cudnnDataType_t
@@ -138,11 +140,24 @@ struct Descs {
   }
 };
 
-// An execution plan for one problem, or why there is none.
-struct Plan {
-  Descs descs;
+// Engines timed per problem where measuring is on: the heuristics' first few.
+constexpr size_t kMaxTimedEngines = 6;
+
+// One engine's finalized execution plan.
+struct Candidate {
   Desc plan = nullptr;
   int64_t workspace = 0;
+  int64_t engine = -1;  // cuDNN's global engine index (for the event log)
+  bool runtime_compiled = false;
+};
+
+// The execution plans for one problem, or why there is none. `chosen` is the one that runs:
+// -1 until decided (measured, or the heuristics' first where nothing is measured).
+struct Plan {
+  Descs descs;
+  std::vector<Candidate> candidates;
+  int chosen = -1;
+  double build_ms = 0;  // finalizing the candidates' plans (run-time compilation included)
   std::string why;
 };
 
@@ -150,7 +165,9 @@ struct State {
   std::mutex mu;  // guards everything below and the handles' streams while executing
   std::map<CUcontext, Handle> handles;
   std::map<std::vector<int64_t>, std::shared_ptr<Plan>> plans;
+  std::vector<ConvEngineChoice> choices;  // the log of measured choices, bounded
 };
+constexpr size_t kMaxChoices = 4096;
 
 State& state() {
   static State* s = new State();  // never destroyed: plans may be used until process exit
@@ -277,23 +294,25 @@ void build_plan(const ConvArgs& a, Handle handle, Plan& p) {
     if (c.get(heur, kHeurResults, kTypeBackendDescriptor, count, &n, got.data()) != 0) continue;
     configs.insert(configs.end(), got.begin(), got.begin() + std::min(n, count));
   }
-  // Notes of each candidate's engine: which PyTorch would reject, which compile at run time.
-  struct Candidate {
+  // Notes of each configuration's engine: which PyTorch would reject, which compile at run time.
+  struct Config {
     Desc config;
     bool runtime_compiled;
+    int64_t engine;
   };
-  std::vector<Candidate> candidates;
+  std::vector<Config> usable;
   for (Desc cfg : configs) {
     Desc engine = p.descs.make(kEngineDesc);
     int64_t n = 0;
     if (!engine || c.get(cfg, kEngineCfgEngine, kTypeBackendDescriptor, 1, &n, &engine) != 0)
       continue;
     int notes[32] = {}, behaviors[32] = {};
-    int64_t n_notes = 0, n_behaviors = 0;
+    int64_t n_notes = 0, n_behaviors = 0, index = -1;
     if (c.get(engine, kEngineNumericalNote, kTypeNumericalNote, 32, &n_notes, notes) != 0)
       n_notes = 0;
     if (c.get(engine, kEngineBehaviorNote, kTypeBehaviorNote, 32, &n_behaviors, behaviors) != 0)
       n_behaviors = 0;
+    if (c.get(engine, kEngineGlobalIndex, kTypeInt64, 1, &n, &index) != 0) index = -1;
     bool rejected = false, runtime_compiled = false;
     for (int64_t i = 0; i < std::min<int64_t>(n_notes, 32); ++i) {
       if (notes[i] == kNoteDownConvertInputs && a.dtype == DType::Float32) rejected = true;
@@ -302,12 +321,22 @@ void build_plan(const ConvArgs& a, Handle handle, Plan& p) {
     }
     for (int64_t i = 0; i < std::min<int64_t>(n_behaviors, 32); ++i)
       if (behaviors[i] == kBehaviorRuntimeCompilation) runtime_compiled = true;
-    if (!rejected) candidates.push_back({cfg, runtime_compiled});
+    if (!rejected) usable.push_back({cfg, runtime_compiled, index});
   }
-  // Precompiled engines within the preferred workspace first, then anything that finalizes.
-  for (int round = 0; round < 2 && !p.plan; ++round) {
-    for (const Candidate& cand : candidates) {
-      if (round == 0 && cand.runtime_compiled) continue;
+  // In the heuristics' order, up to kMaxTimedEngines of them within the preferred workspace
+  // (one engine can appear twice: once per heuristics mode); failing that, the first that
+  // finalizes with any workspace. Engines that cuDNN compiles at run time are taken as PyTorch
+  // takes them (MobileNetV2's depthwise layers run ~20x faster on one than on the best
+  // precompiled engine), but at most one per problem: each costs ~0.5 s of NVRTC.
+  const size_t wanted = a.measure ? kMaxTimedEngines : 1;
+  for (int round = 0; round < 2 && p.candidates.empty(); ++round) {
+    bool compiled_one = false;
+    for (const Config& cand : usable) {
+      if (p.candidates.size() >= wanted) break;
+      if (cand.runtime_compiled && compiled_one) continue;
+      bool seen = false;
+      for (const Candidate& have : p.candidates) seen = seen || have.engine == cand.engine;
+      if (seen && cand.engine >= 0) continue;
       Desc plan = nullptr;
       if (c.create_desc(kExecutionPlanDesc, &plan) != 0) continue;
       int64_t ws = 0, n = 0;
@@ -321,14 +350,100 @@ void build_plan(const ConvArgs& a, Handle handle, Plan& p) {
         continue;
       }
       p.descs.all.push_back(plan);
-      p.plan = plan;
-      p.workspace = ws;
-      break;
+      p.candidates.push_back({plan, ws, cand.engine, cand.runtime_compiled});
+      compiled_one = compiled_one || cand.runtime_compiled;
+      if (round == 1) break;
     }
   }
-  if (!p.plan)
+  if (p.candidates.empty())
     p.why =
         "no cuDNN engine runs this convolution (" + std::to_string(configs.size()) + " candidates)";
+  else if (!a.measure)
+    p.chosen = 0;
+}
+
+// cuDNN reads a layout from the strides, size-1 dims included, although their strides never
+// address anything: a depthwise weight [C, 1, 3, 3] of strides (9, 9, 3, 1) reads as NCHW next
+// to an NHWC input, and such a mix gets a generic grouped engine (350 us where the NHWC one
+// takes 22 us for MobileNetV2's layers). The strides of size-1 dims are set as if each tensor
+// were dense in the input's layout (as PyTorch does before its cuDNN calls).
+void unit_dims_in_layout(ConvTensor& t, bool channels_last) {
+  const int rank = static_cast<int>(t.sizes.size());
+  std::vector<int> inner_first;
+  if (channels_last) inner_first.push_back(1);
+  for (int d = rank - 1; d >= 2; --d) inner_first.push_back(d);
+  if (!channels_last) inner_first.push_back(1);
+  inner_first.push_back(0);
+  int64_t next = 1;
+  for (int d : inner_first) {
+    if (t.sizes[d] == 1)
+      t.strides[d] = next;
+    else
+      next = std::max(next, t.strides[d] * t.sizes[d]);
+  }
+}
+
+bool channels_last(const ConvTensor& x) {
+  if (x.sizes[1] == 1) return false;
+  bool spatial = false;
+  for (size_t d = 2; d < x.sizes.size(); ++d) {
+    if (x.sizes[d] == 1) continue;
+    spatial = true;
+    if (x.strides[d] <= x.strides[1]) return false;
+  }
+  return spatial && x.strides[1] == 1;
+}
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string r = "[";
+  for (size_t i = 0; i < v.size(); ++i) r += (i ? "," : "") + std::to_string(v[i]);
+  return r + "]";
+}
+
+// "forward x[..]s[..] w[..]s[..] y[..]s[..] bfloat16 stride[..] padding[..] dilation[..]"
+std::string problem_text(const ConvArgs& a) {
+  static const char* const passes[] = {"forward", "backward_data", "backward_filter"};
+  std::string r = passes[static_cast<int>(a.pass)];
+  const char* names[] = {" x", " w", " y"};
+  const ConvTensor* ts[] = {&a.x, &a.w, &a.y};
+  for (int i = 0; i < 3; ++i)
+    r += names[i] + dims_text(ts[i]->sizes) + "s" + dims_text(ts[i]->strides);
+  r += " " + std::string(dtype_name(a.dtype)) + " stride" + dims_text(a.stride) + " padding" +
+       dims_text(a.padding) + " dilation" + dims_text(a.dilation);
+  return r;
+}
+
+// Times each candidate on the call's own operands (every pass writes only its output, which
+// the chosen plan then writes again) and returns the fastest, or -1 where none ran.
+int fastest(const Api& c, const Driver& d, Handle handle, const Plan& plan, Desc pack,
+            CUstream stream, std::vector<float>& ms_each) {
+  constexpr int kReps = 3;
+  ms_each.assign(plan.candidates.size(), -1.0f);
+  int best = -1;
+  float best_ms = 0;
+  CUevent start = nullptr, end = nullptr;
+  d.check_run(d.cuEventCreate(&start, 0), "cuEventCreate");
+  d.check_run(d.cuEventCreate(&end, 0), "cuEventCreate");
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    if (c.execute(handle, plan.candidates[i].plan, pack) != 0) continue;  // warm-up
+    d.cuEventRecord(start, stream);
+    bool ran = true;
+    for (int r = 0; r < kReps && ran; ++r)
+      ran = c.execute(handle, plan.candidates[i].plan, pack) == 0;
+    d.cuEventRecord(end, stream);
+    d.check_run(d.cuEventSynchronize(end), "cuEventSynchronize (cuDNN engine measurement)");
+    float ms = 0;
+    if (!ran || d.cuEventElapsedTime(&ms, start, end) != 0) continue;
+    ms /= kReps;
+    ms_each[i] = ms;
+    if (best < 0 || ms < best_ms) {
+      best = static_cast<int>(i);
+      best_ms = ms;
+    }
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(end);
+  return best;
 }
 
 }  // namespace
@@ -362,6 +477,8 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
     a.padding.insert(a.padding.begin(), 0);
     a.dilation.insert(a.dilation.begin(), 1);
   }
+  const bool nhwc = channels_last(a.x);
+  for (ConvTensor* t : {&a.x, &a.w, &a.y}) unit_dims_in_layout(*t, nhwc);
   const Driver* d = Driver::get(why);
   if (!d) return false;
   CUcontext ctx = nullptr;
@@ -369,7 +486,8 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
 
   // The problem's key: everything the plan depends on.
   std::vector<int64_t> key = {reinterpret_cast<int64_t>(ctx), static_cast<int64_t>(a.pass),
-                              static_cast<int64_t>(a.dtype), a.allow_tf32 ? 1 : 0};
+                              static_cast<int64_t>(a.dtype), a.allow_tf32 ? 1 : 0,
+                              a.measure ? 1 : 0};
   for (const ConvTensor* t : {&a.x, &a.w, &a.y}) {
     key.insert(key.end(), t->sizes.begin(), t->sizes.end());
     key.insert(key.end(), t->strides.begin(), t->strides.end());
@@ -392,14 +510,26 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
     auto it = s.plans.find(key);
     if (it == s.plans.end()) {
       auto p = std::make_shared<Plan>();
+      const auto t0 = std::chrono::steady_clock::now();
       build_plan(a, handle, *p);
+      p->build_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       it = s.plans.emplace(std::move(key), std::move(p)).first;
     }
     plan = it->second;
   }
-  if (!plan->plan) return fail(plan->why);
-  void* ws = plan->workspace > 0 ? workspace(static_cast<size_t>(plan->workspace)) : nullptr;
-  if (plan->workspace > 0 && !ws) return fail("no memory for cuDNN's workspace");
+  if (plan->candidates.empty()) return fail(plan->why);
+  // Undecided: room for every candidate's workspace (the measurement runs them all).
+  int64_t ws_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (plan->chosen >= 0)
+      ws_bytes = plan->candidates[plan->chosen].workspace;
+    else
+      for (const Candidate& cand : plan->candidates) ws_bytes = std::max(ws_bytes, cand.workspace);
+  }
+  void* ws = ws_bytes > 0 ? workspace(static_cast<size_t>(ws_bytes)) : nullptr;
+  if (ws_bytes > 0 && !ws) return fail("no memory for cuDNN's workspace");
   int64_t uids[3] = {'x', 'w', 'y'};
   void* ptrs[3] = {a.x.data, a.w.data, a.y.data};
   Desc pack = nullptr;
@@ -410,12 +540,37 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
   if (st == 0) st = c.finalize(pack);
   if (st == 0) {
     std::lock_guard<std::mutex> lock(s.mu);  // the handle's stream, then the work on it
-    st = c.set_stream(handle, static_cast<CUstream>(stream));
-    if (st == 0) st = c.execute(handle, plan->plan, pack);
+    const auto cu_stream = static_cast<CUstream>(stream);
+    st = c.set_stream(handle, cu_stream);
+    int run = plan->chosen;
+    // Measured once, outside any CUDA graph capture (a capture runs the heuristics' first
+    // engine and leaves the choice to a later call).
+    if (st == 0 && run < 0 && !stream_capturing(stream)) {
+      ConvEngineChoice choice;
+      choice.problem = problem_text(a);
+      run = plan->chosen = plan->candidates.size() == 1
+                               ? 0
+                               : fastest(c, *d, handle, *plan, pack, cu_stream, choice.ms);
+      for (const Candidate& cand : plan->candidates) {
+        choice.engines.push_back(cand.engine);
+        choice.runtime_compiled.push_back(cand.runtime_compiled);
+      }
+      choice.build_ms = plan->build_ms;
+      choice.chosen = run;
+      if (s.choices.size() >= kMaxChoices) s.choices.erase(s.choices.begin());
+      s.choices.push_back(std::move(choice));
+    }
+    if (st == 0) st = c.execute(handle, plan->candidates[std::max(run, 0)].plan, pack);
   }
   c.destroy_desc(pack);
   if (st != 0) throw std::runtime_error("coil: cuDNN convolution failed: " + status_text(st));
   return true;
+}
+
+std::vector<ConvEngineChoice> conv_engine_choices() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.choices;
 }
 
 }  // namespace coil::backend::cuda

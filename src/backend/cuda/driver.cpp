@@ -151,4 +151,30 @@ ScopedContext::~ScopedContext() {
   if (previous_ != nullptr) Driver::get()->cuCtxSetCurrent(previous_);
 }
 
+void* driver_symbol(const char* name) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return lib ? dlsym(lib, name) : nullptr;
+}
+
+std::string device_name(int ordinal) {
+  using GetName = CUresult (*)(char*, int, CUdevice);
+  static const auto get_name = reinterpret_cast<GetName>(driver_symbol("cuDeviceGetName"));
+  const Driver* d = Driver::get();
+  CUdevice dev = 0;
+  char name[256] = {};
+  if (!d || !get_name || d->cuDeviceGet(&dev, ordinal) != 0 || get_name(name, 255, dev) != 0)
+    return "";
+  return name;
+}
+
+bool stream_capturing(void* stream) {
+  using IsCapturing = CUresult (*)(CUstream, int*);
+  static const auto is_capturing =
+      reinterpret_cast<IsCapturing>(driver_symbol("cuStreamIsCapturing"));
+  int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  // Unknown counts as capturing: measuring inside a capture would break it.
+  if (!is_capturing || is_capturing(static_cast<CUstream>(stream), &status) != 0) return true;
+  return status != 0;
+}
+
 }  // namespace coil::backend::cuda

@@ -1,8 +1,6 @@
 // GEMM template configurations, the operands it accepts, and its launch (gemm_template.h).
 #include "coil/backend/cuda/gemm_template.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -150,12 +148,6 @@ std::vector<GemmTileConfig> gemm_template_candidates(const GemmArgs& g, int sm_c
 
 namespace {
 
-// A driver entry point driver.h does not declare, from the already-loaded libcuda.
-void* driver_symbol(const char* name) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  return lib ? dlsym(lib, name) : nullptr;
-}
-
 // cuFuncSetAttribute, looked up in the already-loaded driver (driver.h declares only what the
 // generated kernels need; only this template asks for more than 48 KiB of shared memory).
 using SetAttribute = CUresult (*)(CUfunction, int, int);
@@ -166,27 +158,6 @@ SetAttribute set_attribute() {
 constexpr int kAttrMaxDynamicSharedBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 }  // namespace
-
-std::string device_name(int ordinal) {
-  using GetName = CUresult (*)(char*, int, CUdevice);
-  static const auto get_name = reinterpret_cast<GetName>(driver_symbol("cuDeviceGetName"));
-  const Driver* d = Driver::get();
-  CUdevice dev = 0;
-  char name[256] = {};
-  if (!d || !get_name || d->cuDeviceGet(&dev, ordinal) != 0 || get_name(name, 255, dev) != 0)
-    return "";
-  return name;
-}
-
-bool stream_capturing(void* stream) {
-  using IsCapturing = CUresult (*)(CUstream, int*);
-  static const auto is_capturing =
-      reinterpret_cast<IsCapturing>(driver_symbol("cuStreamIsCapturing"));
-  int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
-  // Unknown counts as capturing: measuring inside a capture would break it.
-  if (!is_capturing || is_capturing(static_cast<CUstream>(stream), &status) != 0) return true;
-  return status != 0;
-}
 
 namespace {
 // The log of choices: a bounded record, like the caches (oldest dropped past kMaxEvents).

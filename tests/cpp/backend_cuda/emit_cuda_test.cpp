@@ -178,10 +178,9 @@ TEST(EmitCuda, LayerNormAndTransposesCompile) {
 }
 
 // Graph text through lowering and scheduling, as compile_graph does.
-CudaSource emit_graph(const std::string& text) {
+CudaSource emit_graph(const std::string& text, const CompileOptions& o = {}) {
   sym::Context ctx;
   auto g = parse_graph(text, ctx);
-  CompileOptions o;
   auto lowered = lower::lower_graph(*g, o, coil::test_support::policy_for(*g));
   sched::align_iteration_spaces(lowered.program);
   sched::Schedule s =
@@ -221,12 +220,15 @@ TEST(EmitCuda, LoweredGraphsCompile) {
 // after it) reads each tap under a padding test of the spatial position only: the vector entry
 // point loads `vec` channels per tap under that one condition instead of staying scalar.
 TEST(EmitCuda, DepthwiseTapsGetMaskedVectorLoads) {
+  CompileOptions native;  // (off by default: cuDNN runs depthwise convolutions)
+  native.cuda_native_depthwise = true;
   CudaSource src = emit_graph(
       "graph(%0: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda, %1: bf16[32, 1, 3, 3]@cuda):\n"
       "  %2: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda = aten.convolution.default(%0, %1, "
       "None, [1, 1], [1, 1], [1, 1], false, [0, 0], 32)\n"
       "  %3: bf16[2, 32, 14, 14]{6272, 1, 448, 32}@cuda = aten.relu.default(%2)\n"
-      "  return (%3)\n");
+      "  return (%3)\n",
+      native);
   const std::string code = backend::cuda::strip_prelude(src.code);
   // The kernel of the taps: the one whose vector entry point loads under a condition.
   const std::string masked_load = ") L0 = *(const coil::Vec<coil::bf16, ";

@@ -266,6 +266,38 @@ TEST(ConvNative, LargeDenseBackwardStaysAnExtern) {
             std::vector<ExternKind>{ExternKind::ConvolutionBackward});
 }
 
+// On the GPU the library (cuDNN through coil) takes no bias: the convolution's bias is a
+// pointwise add after the extern, and convolution_backward's bias gradient a reduction of
+// grad_output, with the extern's output_mask asking only for the other two.
+TEST(ConvNative, CudaBiasIsAddedAndReducedByCoil) {
+  const std::string text =
+      R"(graph(%0: f32[2, 8, 6, 6]@cuda, %1: f32[16, 8, 3, 3]@cuda, %2: f32[16]@cuda, %3: f32[2, 16, 6, 6]@cuda):
+  %4: f32[2, 16, 6, 6]@cuda = aten.convolution.default(%0, %1, %2, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)
+  %5: f32[2, 8, 6, 6]@cuda, %6: f32[16, 8, 3, 3]@cuda, %7: f32[16]@cuda = aten.convolution_backward.default(%3, %0, %1, [16], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [true, true, true])
+  %8: f32[16]@cuda = aten.convolution_backward.default(%3, %0, %1, [16], [1, 1], [1, 1], [1, 1], false, [0, 0], 1, [false, false, true])
+  return (%4, %5, %6, %7, %8)
+)";
+  Lowered l = lower_text(text);
+  std::vector<const ExternNode*> externs;
+  for (const auto& s : l.result.program.steps)
+    if (auto* e = std::get_if<ExternNode>(&s)) externs.push_back(e);
+  ASSERT_EQ(externs.size(), 2u);  // the bias gradient alone needs no convolution
+  EXPECT_EQ(externs[0]->kind, ExternKind::Convolution);
+  EXPECT_EQ(externs[0]->inputs.size(), 2u);  // input, weight: no bias
+  EXPECT_EQ(externs[1]->kind, ExternKind::ConvolutionBackward);
+  EXPECT_EQ(externs[1]->outputs.size(), 2u);
+  const std::vector<int64_t> mask(externs[1]->ints.end() - 3, externs[1]->ints.end());
+  EXPECT_EQ(mask, (std::vector<int64_t>{1, 1, 0}));
+  // On the CPU oneDNN adds the bias: the extern keeps it (the dense 3x3 stays an extern).
+  const std::string cpu = R"(graph(%0: f32[2, 64, 32, 32], %1: f32[64, 64, 3, 3], %2: f32[64]):
+  %3: f32[2, 64, 32, 32] = aten.convolution.default(%0, %1, %2, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)
+  return (%3)
+)";
+  Lowered c = lower_text(cpu);
+  for (const auto& s : c.result.program.steps)
+    if (auto* e = std::get_if<ExternNode>(&s)) EXPECT_EQ(e->inputs.size(), 3u);
+}
+
 TEST(ConvNative, OptionOffKeepsTheExtern) {
   const std::string text = R"(graph(%0: f32[2, 4, 5, 5], %1: f32[4, 1, 3, 3]):
   %2: f32[2, 4, 5, 5] = aten.convolution.default(%0, %1, None, [1, 1], [1, 1], [1, 1], false, [0, 0], 4)

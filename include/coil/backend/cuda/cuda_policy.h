@@ -24,6 +24,7 @@ inline const TargetPolicy& cuda_policy() {
     l.native_convolutions = NativeConvolutions::DepthwiseOnly;  // dense ones: cuDNN
     l.native_convolutions_option = &CompileOptions::cuda_native_depthwise;
     l.masked_convolution_taps = true;
+    l.convolution_bias_pointwise = true;
     SchedulePolicy& s = t.schedule;
     s.unit_stride_inner_loops = false;
     s.join_small_kernels = true;

@@ -7,11 +7,13 @@
 // plan cache), and a ResNet-50 training step makes 106 of them: the step was host-bound.
 // Here a call is a plan-cache lookup and one cudnnBackendExecute.
 //
-// Each problem (pass, dtype, sizes, strides, parameters, pointer alignment) gets its execution
-// plan once: the engine configurations cuDNN's heuristics rank first, minus those PyTorch's
-// own settings would reject (TF32 tensor cores for float32 when TF32 is off, engines that
-// down-convert float32 inputs), the first that finalizes wins. Engines that compile at run
-// time are taken only when no precompiled one can run the problem.
+// Each problem (pass, dtype, sizes, strides, parameters, pointer alignment) gets its engine
+// once. Candidates are the engine configurations cuDNN's heuristics rank first, minus those
+// PyTorch's own settings would reject (TF32 tensor cores for float32 when TF32 is off, engines
+// that down-convert float32 inputs), in the heuristics' order, engines that cuDNN compiles at
+// run time included (as PyTorch takes them). With `measure` the first few candidates
+// are timed on the first call's own operands and the fastest runs from then on (what
+// torch.backends.cudnn.benchmark does); without it the first that finalizes runs.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,23 @@ struct ConvArgs {
   ConvTensor x, w, y;                              // w: [K, C / groups, spatial...]
   std::vector<int64_t> stride, padding, dilation;  // one per spatial dim
   bool allow_tf32 = true;                          // float32 may use TF32 tensor cores
+  bool measure = false;                            // time the heuristics' first engines
 };
+
+// A choice made where measuring is on: the problem, the candidate engines (cuDNN's global
+// engine indices) with their ms per call (-1: failed to run; empty where there was only one
+// candidate, nothing to time), and the index of the one chosen (-1: none ran).
+struct ConvEngineChoice {
+  std::string problem;
+  std::vector<int64_t> engines;
+  std::vector<float> ms;
+  std::vector<bool> runtime_compiled;  // per engine: compiled by cuDNN at run time
+  int chosen = -1;
+  double build_ms = 0;  // finalizing the candidates' plans
+};
+
+// Every measurement made in this process, oldest first (bounded: the latest 4096).
+std::vector<ConvEngineChoice> conv_engine_choices();
 
 // Device memory of at least `bytes`, valid for the work queued on the call's stream.
 using WorkspaceFn = std::function<void*(size_t bytes)>;

@@ -84,6 +84,17 @@ struct DeviceInfo {
 // PyTorch uses too). CompileError when there is no driver or no such device.
 const DeviceInfo& device_info(int ordinal = 0);
 
+// A driver entry point Driver does not hold, from the already-loaded libcuda (nullptr where
+// the driver is not loaded or lacks it): for the few calls only one caller makes.
+void* driver_symbol(const char* name);
+
+// The device's name ("" where unknown; part of the disk cache keys of measured choices).
+std::string device_name(int ordinal);
+
+// Whether `stream` is capturing a CUDA graph: nothing may be measured (synchronized) then.
+// Unknown counts as capturing.
+bool stream_capturing(void* stream);
+
 // Makes the device's primary context current on this thread if no context is (threads that
 // PyTorch never used, the C++ library without PyTorch).
 void ensure_context(const DeviceInfo& dev);

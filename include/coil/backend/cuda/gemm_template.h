@@ -93,12 +93,6 @@ std::optional<GemmTemplateProblem> gemm_template_plan(const GemmArgs& g, std::st
 std::vector<GemmTileConfig> gemm_template_candidates(const GemmArgs& g, int sm_count,
                                                      size_t limit = 6);
 
-// Driver entry points only the template's measurement needs, looked up in the loaded driver:
-// the device's name ("" where unknown; the disk cache key of a choice), and whether `stream`
-// is capturing a CUDA graph (nothing may be measured then).
-std::string device_name(int ordinal);
-bool stream_capturing(void* stream);
-
 // What the product provider choice did (src/runtime/cuda_matmul.cpp), kept for tests and
 // benchmarks (the binding gemm_template_events): one event per product key and decision —
 // measured (times of cuBLASLt and the best template), forced, loaded from the disk cache, or

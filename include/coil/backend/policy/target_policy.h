@@ -60,6 +60,10 @@ struct LoweringPolicy {
   // Native convolutions and the option that turns them off.
   NativeConvolutions native_convolutions = NativeConvolutions::AllKinds;
   bool CompileOptions::*native_convolutions_option = &CompileOptions::cpu_native_convolutions;
+  // The convolution library takes no bias (cuDNN through coil's call): an extern
+  // convolution's bias is a pointwise add that fuses into its readers, and a bias gradient a
+  // generated reduction, so that the convolution stays on the library, not the host.
+  bool convolution_bias_pointwise = false;
   // Native convolution taps load under a mask instead of reading a zero-padded copy (a
   // predicated load is nearly free on a GPU; the padded copy vectorizes on a CPU).
   bool masked_convolution_taps = false;
