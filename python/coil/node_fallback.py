@@ -50,6 +50,7 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
     if plan is None:
         plan = exported.call_plans[node_index] = _call_plan(exported, node)
     base_args, arg_slots, base_kwargs, kw_slots, used = plan
+    tensors = _with_zero_bias(node, arg_slots, tensors)
     pos = [0]
     env = getattr(exported.call_env, "env", None)
 
@@ -101,6 +102,24 @@ def run_node_eagerly(exported: ExportedGraph, node_index: int, tensors: Sequence
 
 
 _CONV_OPS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+
+
+def _with_zero_bias(node: fx.Node, arg_slots, tensors: Sequence[torch.Tensor]):
+    """A GPU convolution whose bias coil adds itself (LoweringPolicy::convolution_bias_pointwise:
+    cuDNN through coil takes none) comes here without its bias tensor when cuDNN refused it at
+    run time: ATen computes it with a zero bias, and coil's own add follows."""
+    if node.target is not torch.ops.aten.convolution.default:
+        return tensors
+    tensor_positions = [i for i, kind in arg_slots if kind == _TENSOR]
+    if 2 not in tensor_positions or len(tensors) != len(tensor_positions) - 1:
+        return tensors
+    at = tensor_positions.index(2)
+    if 1 in tensor_positions:
+        weight = tensors[tensor_positions.index(1)]
+    else:  # a folded weight
+        weight = node.args[1].meta["val"]
+    zero = torch.zeros(weight.shape[0], dtype=weight.dtype, device=tensors[0].device)
+    return [*tensors[:at], zero, *tensors[at:]]
 
 
 def _channels_last_cpu(t) -> bool:

@@ -411,6 +411,20 @@ std::vector<int64_t> conv_ints(const Node& node, size_t first, size_t nd) {
   return ints;
 }
 
+// Whether the target's convolution library adds no bias and would take this convolution
+// (ints in conv_ints' layout): then coil adds the bias and reduces its gradient. The library
+// (cuDNN through coil's call) takes float32/bfloat16/float16 convolutions of 1-3 spatial dims
+// that are not transposed; others run on the host (ATen), bias included. A library convolution
+// that still goes to the host at run time (cuDNN refused it) gets a zero bias there
+// (coil/node_fallback.py).
+bool bias_by_coil(const LoweringContext& ctx, const std::vector<int64_t>& ints, size_t rank,
+                  DType dt) {
+  const size_t nd = rank - 2;
+  const bool transposed = ints.size() > 3 * nd && ints[3 * nd] != 0;
+  const bool float_type = dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16;
+  return ctx.target().convolution_bias_pointwise && !transposed && float_type && rank <= 5;
+}
+
 std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& node) {
   const TensorValue& input = ctx.arg_value(node, 0, "input");
   const TensorValue& weight = ctx.arg_value(node, 1, "weight");
@@ -429,7 +443,7 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
   e.inputs = {ctx.as_buffer(ctx.realize_like(cast_value(ctx, input, dt), input_meta)),
               ctx.as_buffer(cast_value(ctx, weight, dt))};
   const bool has_bias = bias != nullptr && bias->is_value();
-  const bool bias_pointwise = has_bias && ctx.target().convolution_bias_pointwise;
+  const bool bias_pointwise = has_bias && bias_by_coil(ctx, conv_ints(node, 3, rank - 2), rank, dt);
   if (has_bias && !bias_pointwise)
     e.inputs.push_back(ctx.as_buffer(cast_value(ctx, ctx.value(bias->value()), dt)));
   e.ints = conv_ints(node, 3, rank - 2);
@@ -468,7 +482,7 @@ std::vector<TensorValue> lower_convolution_backward(LoweringContext& ctx, const 
   }
   // A bias gradient the library does not compute is a reduction of grad_output.
   std::optional<TensorValue> grad_bias;
-  if (mask[2] && ctx.target().convolution_bias_pointwise) {
+  if (mask[2] && bias_by_coil(ctx, conv_ints(node, 4, rank - 2), rank, dt)) {
     grad_bias = bias_grad(ctx, grad, node.output(wanted - 1)->meta().dtype);
     mask[2] = 0;
     if (!mask[0] && !mask[1]) return {*grad_bias};

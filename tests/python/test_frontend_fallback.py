@@ -153,3 +153,29 @@ def test_backend_registered():
 
     assert "coil" in list_backends(exclude_tags=())
     assert lookup_backend("coil") is coil.coil_backend
+
+
+def test_host_convolution_without_its_bias_gets_a_zero_one():
+    """A GPU convolution whose bias coil adds itself reaches the host fallback (where cuDNN
+    refused it at run time) with input and weight only: ATen runs it with a zero bias, so
+    coil's own add after it is not doubled. With all three tensors nothing changes."""
+    import torch.fx as fx
+    from types import SimpleNamespace
+
+    from coil import node_fallback as nf
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    x, w, b = g.placeholder("x"), g.placeholder("w"), g.placeholder("b")
+    conv = g.call_function(aten.convolution.default,
+                           (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+    g.output(conv)
+    exported = SimpleNamespace(scalar_inputs=frozenset(), folded={})
+    _, arg_slots, _, _, _ = nf._call_plan(exported, conv)
+    xt, wt, bt = torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3), torch.randn(4)
+    args = nf._with_zero_bias(conv, arg_slots, [xt, wt])
+    assert len(args) == 3 and torch.equal(args[2], torch.zeros(4))
+    torch.testing.assert_close(aten.convolution.default(args[0], args[1], args[2], [1, 1], [1, 1],
+                                                        [1, 1], False, [0, 0], 1),
+                               torch.nn.functional.conv2d(xt, wt, padding=1))
+    assert nf._with_zero_bias(conv, arg_slots, [xt, wt, bt]) == [xt, wt, bt]

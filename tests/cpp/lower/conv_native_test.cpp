@@ -288,6 +288,15 @@ TEST(ConvNative, CudaBiasIsAddedAndReducedByCoil) {
   EXPECT_EQ(externs[1]->outputs.size(), 2u);
   const std::vector<int64_t> mask(externs[1]->ints.end() - 3, externs[1]->ints.end());
   EXPECT_EQ(mask, (std::vector<int64_t>{1, 1, 0}));
+  // A transposed convolution runs on the host (ATen), bias included: the extern keeps it.
+  const std::string transposed =
+      R"(graph(%0: f32[2, 8, 6, 6]@cuda, %1: f32[8, 16, 3, 3]@cuda, %2: f32[16]@cuda):
+  %3: f32[2, 16, 8, 8]@cuda = aten.convolution.default(%0, %1, %2, [1, 1], [0, 0], [1, 1], true, [0, 0], 1)
+  return (%3)
+)";
+  Lowered t = lower_text(transposed);
+  for (const auto& s : t.result.program.steps)
+    if (auto* e = std::get_if<ExternNode>(&s)) EXPECT_EQ(e->inputs.size(), 3u);
   // On the CPU oneDNN adds the bias: the extern keeps it (the dense 3x3 stays an extern).
   const std::string cpu = R"(graph(%0: f32[2, 64, 32, 32], %1: f32[64, 64, 3, 3], %2: f32[64]):
   %3: f32[2, 64, 32, 32] = aten.convolution.default(%0, %1, %2, [1, 1], [1, 1], [1, 1], false, [0, 0], 1)
