@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._functorch.partitioners import (default_partition,  # noqa: E402
                                            min_cut_rematerialization_partition)
+import torch._inductor.lowering  # noqa: E402,F401  (min-cut reads its fallback set; not imported otherwise)
 
 from coil import coil_decompositions  # noqa: E402
 from coil import partition as coil_partition  # noqa: E402
