@@ -334,15 +334,7 @@ class Interpreter {
         case InstrKind::BitwiseXor:
         case InstrKind::ShiftLeft:
         case InstrKind::ShiftRight:
-        case InstrKind::Eq:
-        case InstrKind::Ne:
-        case InstrKind::Lt:
-        case InstrKind::Le:
-        case InstrKind::Gt:
-        case InstrKind::Ge:
-        case InstrKind::LogicalAnd:
-        case InstrKind::LogicalOr:
-        case InstrKind::LogicalXor:
+          COIL_CASE_BOOL_RESULT
           COIL_CASE_NON_SCALAR
           COIL_BODY_OPS(COIL_CASE_UNLESS_BINARY)
           COIL_INTERNAL_ERROR() << instr_kind_name(in.kind) << " with a float result";
@@ -408,15 +400,7 @@ class Interpreter {
       // Float-only, or bool results (computed above), or not binary (as above).
       case InstrKind::Atan2:
       case InstrKind::Hypot:
-      case InstrKind::Eq:
-      case InstrKind::Ne:
-      case InstrKind::Lt:
-      case InstrKind::Le:
-      case InstrKind::Gt:
-      case InstrKind::Ge:
-      case InstrKind::LogicalAnd:
-      case InstrKind::LogicalOr:
-      case InstrKind::LogicalXor:
+        COIL_CASE_BOOL_RESULT
         COIL_CASE_NON_SCALAR
         COIL_BODY_OPS(COIL_CASE_UNLESS_BINARY)
         COIL_INTERNAL_ERROR() << instr_kind_name(in.kind) << " with an integer result";

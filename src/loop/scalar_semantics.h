@@ -310,6 +310,18 @@ inline double erfinv_d(double y) {
   case InstrKind::Rand:      \
   case InstrKind::Randn:     \
   case InstrKind::Indirect:
+// The binary ops whose result is bool (comparisons, logical ops): computed apart from the
+// float and integer arithmetic of the other binary ops.
+#define COIL_CASE_BOOL_RESULT \
+  case InstrKind::Eq:         \
+  case InstrKind::Ne:         \
+  case InstrKind::Lt:         \
+  case InstrKind::Le:         \
+  case InstrKind::Gt:         \
+  case InstrKind::Ge:         \
+  case InstrKind::LogicalAnd: \
+  case InstrKind::LogicalOr:  \
+  case InstrKind::LogicalXor:
 #define COIL_CASE_UNLESS_UNARY(name, arity, text) COIL_CASE_UNLESS_UNARY_##arity(name)
 #define COIL_CASE_UNLESS_UNARY_1(name)
 #define COIL_CASE_UNLESS_UNARY_2(name) case InstrKind::name:

@@ -20,13 +20,12 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Splits `s` at the commas outside (), [] and string literals.
-std::vector<std::string_view> split_top(std::string_view s) {
-  std::vector<std::string_view> out;
-  int depth = 0;
+// Calls `on(i, c)` for each character of `s` from `from` on that is outside string literals
+// (quotes and their escapes skipped) until it returns true; returns that position, or npos.
+template <class F>
+size_t scan_unquoted(std::string_view s, size_t from, F on) {
   char quote = 0;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
+  for (size_t i = from; i < s.size(); ++i) {
     const char c = s[i];
     if (quote != 0) {
       if (c == '\\')
@@ -35,7 +34,20 @@ std::vector<std::string_view> split_top(std::string_view s) {
         quote = 0;
     } else if (c == '"' || c == '\'') {
       quote = c;
-    } else if (c == '(' || c == '[') {
+    } else if (on(i, c)) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Splits `s` at the commas outside (), [] and string literals.
+std::vector<std::string_view> split_top(std::string_view s) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  size_t start = 0;
+  scan_unquoted(s, 0, [&](size_t i, char c) {
+    if (c == '(' || c == '[') {
       ++depth;
     } else if (c == ')' || c == ']') {
       --depth;
@@ -43,7 +55,8 @@ std::vector<std::string_view> split_top(std::string_view s) {
       out.push_back(trim(s.substr(start, i - start)));
       start = i + 1;
     }
-  }
+    return false;
+  });
   std::string_view last = trim(s.substr(start));
   if (!last.empty() || !out.empty()) out.push_back(last);
   return out;
@@ -52,23 +65,10 @@ std::vector<std::string_view> split_top(std::string_view s) {
 // The position of the ')' that closes the '(' at `open`, or npos.
 size_t closing(std::string_view s, size_t open) {
   int depth = 0;
-  char quote = 0;
-  for (size_t i = open; i < s.size(); ++i) {
-    const char c = s[i];
-    if (quote != 0) {
-      if (c == '\\')
-        ++i;
-      else if (c == quote)
-        quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '(') {
-      ++depth;
-    } else if (c == ')' && --depth == 0) {
-      return i;
-    }
-  }
-  return std::string_view::npos;
+  return scan_unquoted(s, open, [&](size_t, char c) {
+    if (c == '(') ++depth;
+    return c == ')' && --depth == 0;
+  });
 }
 
 // "Tensor(a!)" -> "Tensor", "Tensor(a)[]" -> "Tensor[]": alias annotations do not change kinds.

@@ -27,7 +27,6 @@ namespace coil::runtime {
 
 using detail::Binding;
 using detail::Check;
-using detail::dims_text;
 using detail::eval_size;
 using detail::ExternCall;
 using detail::Provider;

@@ -20,7 +20,6 @@
 
 namespace coil::runtime {
 
-using detail::dims_text;
 using detail::eval_size;
 using detail::ExternCall;
 using detail::Provider;

@@ -18,6 +18,7 @@
 #include "coil/runtime/device_memory.h"
 #include "coil/runtime/extern_kernels.h"
 #include "coil/runtime/program.h"
+#include "coil/support/dims_text.h"
 #include "cuda_steps.h"
 #include "size_expr.h"
 
@@ -90,13 +91,6 @@ struct RunMemory {
   char* small_base = nullptr;
   int64_t arena_bytes = 0;
 };
-
-// "[2, 3]": a tensor's sizes or strides in error messages.
-inline std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 }  // namespace detail
 

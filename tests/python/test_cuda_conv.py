@@ -257,13 +257,13 @@ def test_cudnn_engines_measured_on_first_call(measure):
     for _ in range(3):  # measured on the first call only
         (got,) = g.run([x, w], **cc.run_kwargs())
         torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
-    new = [c for c in _choices_since(before) if "x[4,40,28,28]" in c["problem"]]
+    new = [c for c in _choices_since(before) if "x[4, 40, 28, 28]" in c["problem"]]
     if not measure:
         assert new == []
         return
     assert len(new) == 1, new
     c = new[0]
-    assert "w[40,1,3,3]s[9,1,3,1]" in c["problem"], c["problem"]
+    assert "w[40, 1, 3, 3]s[9, 1, 3, 1]" in c["problem"], c["problem"]
     if len(c["engines"]) == 1:  # nothing to time
         assert c["ms"] == [] and c["chosen"] == 0, c
         return

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "coil/backend/cuda/driver.h"
+#include "coil/support/dims_text.h"
 #include "dynamic_library.h"
 
 namespace coil::backend::cuda {
@@ -394,12 +395,6 @@ bool channels_last(const ConvTensor& x) {
   return spatial && x.strides[1] == 1;
 }
 
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string r = "[";
-  for (size_t i = 0; i < v.size(); ++i) r += (i ? "," : "") + std::to_string(v[i]);
-  return r + "]";
-}
-
 // "forward x[..]s[..] w[..]s[..] y[..]s[..] bfloat16 stride[..] padding[..] dilation[..]"
 std::string problem_text(const ConvArgs& a) {
   static const char* const passes[] = {"forward", "backward_data", "backward_filter"};
@@ -499,6 +494,7 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
   State& s = state();
   std::shared_ptr<Plan> plan;
   Handle handle = nullptr;
+  int64_t ws_bytes = 0;  // undecided: room for every candidate's (the measurement runs them all)
   {
     std::lock_guard<std::mutex> lock(s.mu);
     Handle& h = s.handles[ctx];
@@ -517,17 +513,12 @@ bool convolution(const ConvArgs& args, void* stream, const WorkspaceFn& workspac
       it = s.plans.emplace(std::move(key), std::move(p)).first;
     }
     plan = it->second;
-  }
-  if (plan->candidates.empty()) return fail(plan->why);
-  // Undecided: room for every candidate's workspace (the measurement runs them all).
-  int64_t ws_bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
     if (plan->chosen >= 0)
       ws_bytes = plan->candidates[plan->chosen].workspace;
     else
       for (const Candidate& cand : plan->candidates) ws_bytes = std::max(ws_bytes, cand.workspace);
   }
+  if (plan->candidates.empty()) return fail(plan->why);
   void* ws = ws_bytes > 0 ? workspace(static_cast<size_t>(ws_bytes)) : nullptr;
   if (ws_bytes > 0 && !ws) return fail("no memory for cuDNN's workspace");
   int64_t uids[3] = {'x', 'w', 'y'};
