@@ -3,11 +3,14 @@
 // kernels that backend generates for it (lowered and scheduled with its policy, as
 // compile_graph does; prelude left out), so a kernel can be read without a GPU;
 // --emit=fusion, the scheduler's fusion log (every fusion taken or refused, with the reason)
-// and schedule.
+// and schedule; --emit=loops, the loop program the device's backend lowers the graph to (the
+// realize rule's outcome, before fusion).
 //
 //   coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] [--no-verify]
-//            [--emit=cuda|cpp|portable|fusion|BACKEND]
+//            [--emit=cuda|cpp|portable|fusion|loops|BACKEND] [--set=OPTION=VALUE]...
 //
+// --set sets a compile option (a field of coil/support/options.h, e.g.
+// --set=recompute_cheap_values=0) for the lowering and scheduling that --emit runs.
 // --plugin loads a coil plugin (coil/plugin/loader.h; repeatable, in order) before anything
 // else, so that a graph dumped from a model that used a plugin's ops parses and verifies, and
 // its passes and backends can be named, as in the process that dumped it.
@@ -25,12 +28,14 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "coil/backend/api/backend.h"
 #include "coil/graph/graph.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
+#include "coil/loop/printer.h"
 #include "coil/lower/lower.h"
 #include "coil/ops/verify.h"
 #include "coil/passes/pass.h"
@@ -39,13 +44,15 @@
 #include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "coil/support/error.h"
+#include "coil/support/options.h"
 
 namespace {
 
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
   std::cerr << "usage: coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] "
-               "[--no-verify] [--emit=cuda|cpp|portable|fusion|BACKEND]\n"
+               "[--no-verify] [--emit=cuda|cpp|portable|fusion|loops|BACKEND] "
+               "[--set=OPTION=VALUE]...\n"
                "passes:\n";
   const coil::passes::PassRegistry registry = coil::passes::registered_passes();
   for (const auto& e : registry.entries())
@@ -56,15 +63,43 @@ int usage(const char* msg) {
 // The generated source of the graph's kernels, without the prelude, as the backend of that
 // name (cpp: cpu) lowers, schedules and emits it; fusion: the fusion log and schedule of the
 // default backend of the graph's inputs' device.
-std::string emit(const coil::Graph& g, std::string_view backend) {
-  coil::CompileOptions o;
+// Sets option `name` (a CompileOptions field) from its text; false when there is no such
+// field or the text is not a value of its type.
+bool set_option(coil::CompileOptions& o, std::string_view name, const std::string& text) {
+  auto parse = [&](auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (text != "0" && text != "1" && text != "true" && text != "false") return false;
+      field = text == "1" || text == "true";
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      field = text;
+    } else {
+      size_t used = 0;
+      try {
+        field = static_cast<T>(std::stoll(text, &used));
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (used != text.size()) return false;
+    }
+    return true;
+  };
+#define COIL_OPT_SET_FIELD(type, field, def, affects) \
+  if (name == #field) return parse(o.field);
+  COIL_OPTION_FIELDS(COIL_OPT_SET_FIELD)
+#undef COIL_OPT_SET_FIELD
+  return false;
+}
+
+std::string emit(const coil::Graph& g, std::string_view backend, const coil::CompileOptions& o) {
   const coil::backend::BackendRegistry& backends = coil::runtime::backends();
   const coil::Device device =
       g.inputs().empty() ? coil::Device::CPU : g.inputs().front()->meta().device;
-  const coil::backend::Backend& b = backend == "fusion"
+  const coil::backend::Backend& b = backend == "fusion" || backend == "loops"
                                         ? backends.select(device, "")
                                         : *backends.find(backend == "cpp" ? "cpu" : backend);
   auto lowered = coil::lower::lower_graph(g, o, b.policy());
+  if (backend == "loops") return coil::loop::print_program(lowered.program);
   coil::sched::align_iteration_spaces(lowered.program);
   coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o, b.policy());
   if (backend == "fusion")
@@ -81,6 +116,7 @@ int main(int argc, char** argv) {
   bool final_only = false;
   std::string_view emit_backend;
   std::vector<std::string> plugins;
+  coil::CompileOptions options;
   bool help = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -88,6 +124,14 @@ int main(int argc, char** argv) {
       pass_list += "," + std::string(a.substr(9));  // several --passes= run one after another
     } else if (a.starts_with("--plugin=")) {
       plugins.emplace_back(a.substr(9));
+    } else if (a.starts_with("--set=")) {
+      const std::string_view kv = a.substr(6);
+      const size_t eq = kv.find('=');
+      if (eq == std::string_view::npos ||
+          !set_option(options, kv.substr(0, eq), std::string(kv.substr(eq + 1))))
+        return usage(
+            ("--set takes OPTION=VALUE of a CompileOptions field, not '" + std::string(kv) + "'")
+                .c_str());
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
     } else if (a == "--final") {
@@ -115,11 +159,11 @@ int main(int argc, char** argv) {
   if (help) return usage(nullptr);
   if (file.empty()) return usage("no input file");
   if (!emit_backend.empty() && emit_backend != "cpp" && emit_backend != "fusion" &&
-      !coil::runtime::backends().find(emit_backend)) {
+      emit_backend != "loops" && !coil::runtime::backends().find(emit_backend)) {
     std::string names;
     for (const std::string& n : coil::runtime::backends().names())
       names += (names.empty() ? "" : ", ") + n;
-    return usage(("--emit takes cpp, fusion or a backend's name (" + names + ")").c_str());
+    return usage(("--emit takes cpp, fusion, loops or a backend's name (" + names + ")").c_str());
   }
   coil::passes::Pipeline pipeline;
   try {
@@ -163,7 +207,7 @@ int main(int argc, char** argv) {
     };
     pipeline.run(*g, coil::CompileOptions{}, po);
     if (!emit_backend.empty()) {
-      std::cout << emit(*g, emit_backend);
+      std::cout << emit(*g, emit_backend, options);
     } else if (!printed) {
       std::cout << coil::print_graph(*g);
     }

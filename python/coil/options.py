@@ -59,6 +59,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_device": int,
     "cpu_native_convolutions": bool,
     "cuda_native_depthwise": bool,
+    "recompute_cheap_values": bool,
     "cpu_gemm": str,
     "passes": str,
     # A backend by registry name (src/runtime/backends.cpp): "portable" runs CPU graphs through

@@ -266,6 +266,7 @@ TensorValue LoweringContext::from_buffer(BufferId id) {
   tv.strided = std::move(s);
   tv.inline_cost = 1;
   tv.inline_reads = 1;
+  tv.inline_full_reads = 1;
   return tv;
 }
 

@@ -148,6 +148,7 @@ struct OperandSummary {
   std::vector<sym::Expr> sizes;
   int cost = 0;
   int reads = 0;
+  int full_reads = 0;  // of those reads, the ones not broadcast along a dim of the result
 };
 // An operand broadcast along some dim of the result (a per-row scale, a [rows, 1] target) is
 // one value per many elements: its chain counts as a load towards the result's cost, so that a
@@ -160,9 +161,10 @@ OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int c
     if (o.is_tensor()) s.sizes = broadcast_shapes(c, s.sizes, o.t.sizes);
   for (const Operand& o : ops) {
     if (!o.is_tensor()) continue;
-    s.cost +=
-        is_broadcast_in(c, o.t.sizes, s.sizes) ? std::min(o.t.inline_cost, 1) : o.t.inline_cost;
+    const bool broadcast = is_broadcast_in(c, o.t.sizes, s.sizes);
+    s.cost += broadcast ? std::min(o.t.inline_cost, 1) : o.t.inline_cost;
     s.reads += o.t.inline_reads;
+    if (!broadcast) s.full_reads += o.t.full_reads();
   }
   return s;
 }
@@ -171,7 +173,7 @@ OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int c
 TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType compute,
                            DType out_dtype, Fn fn, int cost = 1) {
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reads, full_reads] = summarize(c, ops, cost);
   DType result_compute = dtype_compute(out_dtype);
   Loader load = [ops = std::move(ops), compute, result_compute, fn = std::move(fn), &c](
                     BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -181,6 +183,7 @@ TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType 
     return b.cast(fn(b, x), result_compute);
   };
   TensorValue tv = lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads);
+  tv.inline_full_reads = full_reads;
   return tv;
 }
 
@@ -337,7 +340,7 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
                             std::vector<DType> load_types, DType out, Fn fn, int cost = 1) {
   // Wrap each operand's loader so it converts to its own load type.
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reads, full_reads] = summarize(c, ops, cost);
   DType rc = dtype_compute(out);
   Loader load = [ops = std::move(ops), load_types = std::move(load_types), fn = std::move(fn), rc,
                  &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -347,7 +350,9 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
     }
     return b.cast(fn(b, x), rc);
   };
-  return lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
+  TensorValue tv = lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
+  tv.inline_full_reads = full_reads;
+  return tv;
 }
 
 std::optional<DType> dtype_kwarg(const Node& n, size_t pos, std::string_view name) {

@@ -7,15 +7,22 @@
 
 namespace coil::lower {
 
+bool cheap_to_recompute(const TensorValue& v, const CompileOptions& options,
+                        const backend::LoweringPolicy& target) {
+  return options.recompute_cheap_values && !v.strided && v.full_reads() <= 1 &&
+         v.inline_cost <= target.cheap_recompute_cost;
+}
+
 RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_output,
-                             const CompileOptions& options) {
+                             const CompileOptions& options, const backend::LoweringPolicy& target) {
   if (v.strided) return RealizeReason::None;  // already a window onto storage
   if (is_graph_output) return RealizeReason::Output;
   if (num_users == 0) return RealizeReason::None;  // dead (or only a graph output)
   if (!options.inline_pointwise) return RealizeReason::NoInline;
   if (v.inline_reads > options.max_inline_reads) return RealizeReason::Reads;
   if (v.inline_cost > kMaxInlineCost) return RealizeReason::Cost;
-  if (num_users > 1 && v.inline_cost > kReuseInlineCost) return RealizeReason::Reuse;
+  if (num_users > 1 && v.inline_cost > kReuseInlineCost && !cheap_to_recompute(v, options, target))
+    return RealizeReason::Reuse;
   return RealizeReason::None;
 }
 
@@ -111,7 +118,21 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
       ctx.realize(tv);
       continue;
     }
-    if (realize_reason(tv, distinct, is_output, ctx.options()) != RealizeReason::None) {
+    const RealizeReason why = realize_reason(tv, distinct, is_output, ctx.options(), ctx.target());
+    if (why == RealizeReason::None && distinct > 1 && tv.inline_cost > kReuseInlineCost &&
+        cheap_to_recompute(tv, ctx.options(), ctx.target())) {
+      // Kept inline as cheap to recompute: to its readers' own realize decisions it counts as
+      // the load of a buffer, as the realized value would (its arithmetic is what the target
+      // counts as free, and a body loads each of its broadcast operands once however often
+      // it is used), so that a reader which would have stayed inline over the realized value
+      // still does.
+      TensorValue cheap = tv;
+      cheap.inline_cost = 1;
+      cheap.inline_reads = 1;
+      ctx.set_value(out, std::move(cheap));
+      continue;
+    }
+    if (why != RealizeReason::None) {
       if (is_output) {
         ctx.realize_with_strides(tv, dense_strides_like(ctx.ctx(), out->meta()));
       } else {

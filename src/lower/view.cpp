@@ -31,6 +31,7 @@ TensorValue view_value(const TensorValue& x, Index sizes, Reindex f,
   tv.strided = std::move(strided);
   tv.inline_cost = x.inline_cost;
   tv.inline_reads = x.inline_reads;
+  tv.inline_full_reads = x.inline_full_reads;
   return tv;
 }
 

@@ -253,6 +253,7 @@ class Fuser {
           return why;
       if (std::string why = strided_inner_loops(n, *o); !why.empty()) return why;
     }
+    if (std::string why = serial_work_per_point(grp, n, *o); !why.empty()) return why;
     // Cycle: a group that n depends on depends (transitively) on g.
     if (const int a = path_to_group(step_producer_groups(s), g); a >= 0)
       return "would create a cycle through " + groups_[a].name;
@@ -312,6 +313,24 @@ class Fuser {
       }
     }
     return "";
+  }
+
+  // Why node `n` would make group `grp`, with outer ranges `outer`, run too much of it serially
+  // at each outer point (SchedulePolicy::max_work_per_outer_point), or "". Only where the
+  // kernel's members ran less per point before: a reduction over long rows keeps its
+  // epilogue, which adds no more than the rows already take.
+  std::string serial_work_per_point(const Group& grp, const ComputeNode& n,
+                                    const std::vector<sym::Expr>& outer) const {
+    const int64_t limit = policy_.max_work_per_outer_point;
+    if (limit <= 0) return "";
+    int64_t points = 1;
+    for (sym::Expr r : outer) points *= std::max<int64_t>(1, size_hint(ctx_, r));
+    const int64_t per_point = work(n) / points;
+    if (per_point <= limit) return "";
+    for (int m : grp.steps)
+      if (work(std::get<ComputeNode>(p_.steps[m])) / points >= per_point) return "";
+    return "would run " + std::to_string(per_point) + " elements at each of " +
+           std::to_string(points) + " outer points";
   }
 
   static const char* kind(const ComputeNode& n) {

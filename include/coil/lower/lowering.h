@@ -48,6 +48,11 @@ struct TensorValue {
   // buffer loads it performs; the realize rule (realize.h) reads both.
   int inline_cost = 0;
   int inline_reads = 0;
+  // How many of those loads read a buffer element per element of this value (not broadcast
+  // along some dim of it, as a per-channel scale is); -1 where the producer does not say, which
+  // the realize rule takes as inline_reads.
+  int inline_full_reads = -1;
+  int full_reads() const { return inline_full_reads < 0 ? inline_reads : inline_full_reads; }
 };
 
 class LoweringContext;

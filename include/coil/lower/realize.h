@@ -3,7 +3,10 @@
 // A lowered value stays an inline loader (its consumers recompute it element by element) unless:
 //   - options.inline_pointwise is off (every computed value is realized), or
 //   - it is a graph output (realized right away, so later users read the buffer), or
-//   - it has several users and its inline_cost is above kReuseInlineCost, or
+//   - it has several users and its inline_cost is above kReuseInlineCost, unless it is cheap
+//     to recompute: it reads at most one buffer element per element (the rest broadcast) and
+//     costs no more than the target's LoweringPolicy::cheap_recompute_cost. Such a value then
+//     counts as one load (cost 1, 1 read) to its readers, as the realized value would, or
 //   - inlining it would read more than options.max_inline_reads buffers, or
 //   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
 //   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it), or
@@ -28,9 +31,14 @@ inline constexpr int kMaxInlineCost = 100;
 
 enum class RealizeReason { None, Output, Reuse, Reads, Cost, NoInline };
 
+// Whether `v`, read by several kernels, is cheaper recomputed in each than realized once
+// (LoweringPolicy::cheap_recompute_cost; option recompute_cheap_values).
+bool cheap_to_recompute(const TensorValue& v, const CompileOptions& options,
+                        const backend::LoweringPolicy& target);
+
 // Why `v` (with `num_users` distinct consumer nodes) must be realized, or None.
 RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_output,
-                             const CompileOptions& options);
+                             const CompileOptions& options, const backend::LoweringPolicy& target);
 
 // The strides to realize a value of `meta`'s shape with: meta's own strides when they are
 // constants forming a dense non-overlapping layout (e.g. channels-last or a transposed output of

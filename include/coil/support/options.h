@@ -17,6 +17,7 @@ namespace coil {
   X(bool, fuse, true, true)                   /* run the fusion scheduler */                      \
   X(bool, inline_pointwise, true, true)       /* inline producers into consumers */               \
   X(bool, memory_order, true, true)           /* reorder steps for a lower peak */                \
+  X(bool, recompute_cheap_values, true, true) /* one-read values stay inline (target policy) */   \
   X(int64_t, max_inline_reads, 8, true)       /* realize when inlining repeats more */            \
   X(int64_t, max_pointwise_cat, 8, true)      /* more cat pieces: copied, no where-chain */       \
   X(int64_t, parallel_threshold, 32768, true) /* min elements for an OpenMP loop */               \

@@ -569,6 +569,55 @@ TEST(LowerCore, MaxInlineReads) {
   EXPECT_EQ(l.result.program.steps.size(), 2u) << l.text();
 }
 
+// BatchNorm's affine over per-channel statistics, read by two reductions and a pointwise
+// output: on the GPU (LoweringPolicy::cheap_recompute_cost) it stays inline, since each reader
+// loads its one full-size input instead of the realized value; on the CPU, and with
+// recompute_cheap_values off, the usual rule realizes it (several readers, cost above
+// kReuseInlineCost). Both agree with each other.
+TEST(LowerCore, CheapOneReadValuesStayInlineOnTheGpu) {
+  const std::string body = R"(
+  %5: f32[2, 4, 3, 3]D = aten.sub.Tensor(%0, %1)
+  %6: f32[2, 4, 3, 3]D = aten.mul.Tensor(%5, %2)
+  %7: f32[2, 4, 3, 3]D = aten.mul.Tensor(%6, %3)
+  %8: f32[2, 4, 3, 3]D = aten.add.Tensor(%7, %3)
+  %9: f32[4]D = aten.sum.dim_IntList(%8, [0, 2, 3])
+  %10: f32[2, 4, 3, 3]D = aten.mul.Tensor(%8, %4)
+  %11: f32[4]D = aten.sum.dim_IntList(%10, [0, 2, 3])
+  %12: f32[2, 4, 3, 3]D = aten.relu.default(%8)
+  return (%9, %11, %12)
+)";
+  auto graph_on = [&](const std::string& dev) {
+    std::string t =
+        "graph(%0: f32[2, 4, 3, 3]D, %1: f32[1, 4, 1, 1]D, %2: f32[1, 4, 1, 1]D, "
+        "%3: f32[4, 1, 1]D, %4: f32[2, 4, 3, 3]D):" +
+        body;
+    for (size_t at; (at = t.find("]D")) != std::string::npos;) t.replace(at, 2, "]" + dev);
+    return t;
+  };
+  auto intermediates = [](const Lowered& l) {
+    int n = 0;
+    for (const auto& b : l.result.program.buffers)
+      if (b.kind == loop::BufferKind::Intermediate && b.sizes.size() == 4) ++n;
+    return n;
+  };
+  Lowered gpu = lower_text(graph_on("@cuda"));
+  Lowered cpu = lower_text(graph_on(""));
+  CompileOptions off;
+  off.recompute_cheap_values = false;
+  Lowered gpu_off = lower_text(graph_on("@cuda"), off);
+  EXPECT_EQ(intermediates(gpu), 1) << gpu.text();  // the relu output alone
+  EXPECT_EQ(intermediates(cpu), 2) << cpu.text();  // and the affine
+  EXPECT_EQ(intermediates(gpu_off), 2) << gpu_off.text();
+  std::vector<HostTensor> in = {
+      tensor(DType::Float32, {2, 4, 3, 3}, 1), tensor(DType::Float32, {1, 4, 1, 1}, 2),
+      tensor(DType::Float32, {1, 4, 1, 1}, 3), tensor(DType::Float32, {4, 1, 1}, 4),
+      tensor(DType::Float32, {2, 4, 3, 3}, 5)};
+  auto want = cpu.run(in);
+  auto got = gpu.run(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) expect_near(got[k].to_doubles(), want[k].to_doubles());
+}
+
 TEST(LowerCore, FallbackAndStrict) {
   const char* text = R"(graph(%0: f32[4]):
   %1: f32[4] = aten.exp.default(%0)

@@ -62,6 +62,29 @@ if(NOT rc EQUAL 0 OR NOT out STREQUAL expected)
   fail("stdin: status ${rc}, printed\n${out}")
 endif()
 
+# --emit=loops prints the loop program; --set=OPTION=VALUE changes the options it is lowered
+# with (inline_pointwise=0 realizes every value: more buffers than the default), and an
+# unknown option is a usage error.
+set(input "${GOLDEN_DIR}/pipeline_dce_cse_dce.graph")
+execute_process(COMMAND "${COIL_OPT}" "${input}" --final --emit=loops
+                OUTPUT_VARIABLE inlined RESULT_VARIABLE rc)
+execute_process(COMMAND "${COIL_OPT}" "${input}" --final --emit=loops --set=inline_pointwise=0
+                OUTPUT_VARIABLE realized RESULT_VARIABLE rc2)
+string(REGEX MATCHALL "\nbuf[0-9]+: [^\n]*= pointwise" inlined_bufs "${inlined}")
+string(REGEX MATCHALL "\nbuf[0-9]+: [^\n]*= pointwise" realized_bufs "${realized}")
+list(LENGTH inlined_bufs n_inlined)
+list(LENGTH realized_bufs n_realized)
+if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT inlined MATCHES "^buffers:\n" OR
+   NOT n_realized GREATER n_inlined)
+  fail("--emit=loops / --set: status ${rc} ${rc2}, ${n_inlined} vs ${n_realized} pointwise "
+       "buffers:\n${inlined}\n--- with inline_pointwise=0:\n${realized}")
+endif()
+execute_process(COMMAND "${COIL_OPT}" "${input}" --emit=loops --set=no_such_option=1
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--set takes OPTION=VALUE")
+  fail("unknown option: status ${rc}, stderr: ${err}")
+endif()
+
 if(failures GREATER 0)
   message(FATAL_ERROR "${failures} failure(s)")
 endif()

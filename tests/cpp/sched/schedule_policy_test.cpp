@@ -62,5 +62,37 @@ TEST(SchedulePolicy, UnitStrideInnerLoopsIsThePolicysChoice) {
   EXPECT_EQ(gpu.kernels.size(), 1u) << gpu.fusion_log;
 }
 
+// A per-image sum s[n] = sum(w[n, :]) and a large pointwise out[n, c, p] = x[n, c, p] * w[n, c]
+// share the input w. Joined, the kernel's outer points are the 32 images, and each would run
+// 64 x 4096 of the pointwise's elements in one block: the GPU policy refuses that
+// (max_work_per_outer_point), the CPU's, without a limit, takes the shared read.
+TEST(SchedulePolicy, SerialWorkPerOuterPointIsThePolicysLimit) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  auto w = b.input(f, {b.c(32), b.c(64)});
+  auto x = b.input(f, {b.c(32), b.c(64), b.c(4096)});
+  auto sum = b.buffer(f, {b.c(32)});
+  b.node(sum, {b.c(32)}, {nullptr}, ReduceKind::Sum, {b.c(64)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.load(w, f, {i[0], r[0]});
+         });
+  auto out = b.buffer(f, {b.c(32), b.c(64), b.c(4096)});
+  b.node(out, {b.c(32), b.c(64), b.c(4096)}, {nullptr, nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           return bb.op(InstrKind::Mul, f, bb.load(x, f, {i[0], i[1], i[2]}),
+                        bb.load(w, f, {i[0], i[1]}));
+         });
+  b.p.outputs = {sum, out};
+  const CompileOptions o;
+  const sched::Schedule cpu = sched::schedule_program(b.p, o, backend::cpu::cpu_policy());
+  EXPECT_EQ(cpu.kernels.size(), 1u) << cpu.fusion_log;
+  for (auto& buffer : b.p.buffers) buffer.device = Device::CUDA;
+  const sched::Schedule gpu = sched::schedule_program(b.p, o, backend::cuda::cuda_policy());
+  EXPECT_EQ(gpu.kernels.size(), 2u) << gpu.fusion_log;
+  EXPECT_NE(gpu.fusion_log.find("would run 262144 elements at each of 32 outer points"),
+            std::string::npos)
+      << gpu.fusion_log;
+}
+
 }  // namespace
 }  // namespace coil::testing

@@ -67,6 +67,11 @@ struct LoweringPolicy {
   // Native convolution taps load under a mask instead of reading a zero-padded copy (a
   // predicated load is nearly free on a GPU; the padded copy vectorizes on a CPU).
   bool masked_convolution_taps = false;
+  // A value with several readers that reads at most one buffer element per element (the rest
+  // broadcast: BatchNorm's affine over per-channel statistics) stays inline up to this cost
+  // (realize.h): each reader then loads that buffer instead of the realized value, the same
+  // bytes, so realizing it would only add a write and a buffer. 0: the usual rule.
+  int cheap_recompute_cost = 0;
 };
 
 // Scheduling (src/sched): what may fuse and how memory is planned.
@@ -81,6 +86,12 @@ struct SchedulePolicy {
   // is adopted as its storage by the runtime, so the memory plan gives it a storage of its
   // own instead of a freed one (which would cost a device copy of the result).
   bool adopt_host_results = false;
+  // A node may not join a kernel whose outer points would each run more than this many of its
+  // elements, where the kernel ran fewer before (fusion.cpp: serial_work_per_point): a GPU
+  // kernel runs its outer points in parallel and each one's inner loops in one block, so a
+  // [32, 32, 112, 112] pointwise joined to a [32]-point reduction ran on 32 blocks
+  // (EfficientNet-B0's slowest kernel). 0: no limit.
+  int64_t max_work_per_outer_point = 0;
 };
 
 struct TargetPolicy {
