@@ -60,6 +60,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cpu_native_convolutions": bool,
     "cuda_native_depthwise": bool,
     "recompute_cheap_values": bool,
+    "split_reduction_min_elements": int,
     "cpu_gemm": str,
     "passes": str,
     # A backend by registry name (src/runtime/backends.cpp): "portable" runs CPU graphs through

@@ -4,7 +4,8 @@ namespace coil::lower::detail {
 
 std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop::ReduceKind kind,
                                                    const std::vector<sym::Expr>& out_sizes,
-                                                   const std::vector<sym::Expr>& red_sizes) {
+                                                   const std::vector<sym::Expr>& red_sizes,
+                                                   int64_t min_elements) {
   if (kind == loop::ReduceKind::ArgMax || kind == loop::ReduceKind::ArgMin) return std::nullopt;
   int64_t outputs = 1, total = 1;
   for (const sym::Expr& e : out_sizes) {
@@ -20,7 +21,7 @@ std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop
     total *= *v;
   }
   if (outputs < 1 || outputs >= kSplitMaxOutputs || total < kSplitMinReduction ||
-      outputs * total < kSplitMinElements)
+      outputs * total < min_elements)
     return std::nullopt;
   // Chunks wanted: enough partials, none shorter than kSplitMinChunk.
   const int64_t want =
