@@ -8,7 +8,10 @@ process per model and mode.
     python3 bench/dashboard.py --summary bench/results/dashboard_cpu.jsonl [--write FILE]
 
 Each (model, mode) runs in a subprocess of its own with a time limit, so a crash or a hang
-costs one row. Rows are appended to --out (JSON lines) as they finish; a second run skips the
+costs one row. On a machine with several GPUs, --gpus N runs N rows at once, each child on a GPU
+of its own (CUDA_VISIBLE_DEVICES) and pinned to its own slice of the cores, so that one row's
+compilation does not take the host time another row's timed launches need; such rows name
+"N rows at once" in their machine line, and the summary lists them apart. Rows are appended to --out (JSON lines) as they finish; a second run skips the
 (model, mode, device) rows already there unless --fresh, so a long run can be done in slices
 (--suite, --models, --mode) and resumed. The summary (and --write) is made from the file.
 
@@ -299,9 +302,15 @@ def row_key(r: dict) -> tuple:
 
 
 def run_one(name: str, mode: str, device: str, timeout: float, min_reps: int,
-            budget_s: float, compile_mode: str = "default") -> dict:
+            budget_s: float, compile_mode: str = "default", gpu: int | None = None,
+            cpus: list[int] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="coil-dashboard-") as tmp:
         env = dict(os.environ)
+        if gpu is not None:  # one of --gpus N: this GPU and these cores only
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        if cpus:
+            env["OMP_NUM_THREADS"] = str(len(cpus))
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cpus))
         # Empty kernel caches for the cold compile of both compilers.
         env["COIL_CACHE_DIR"] = os.path.join(tmp, "coil")
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
@@ -313,7 +322,8 @@ def run_one(name: str, mode: str, device: str, timeout: float, min_reps: int,
                "--compile-mode", compile_mode]
         t0 = time.perf_counter()
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                               preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         except subprocess.TimeoutExpired:
             row = {"model": name, "mode": mode, "device": device, "status": "timeout",
                    "error": f"no result in {timeout:.0f} s"}
@@ -421,6 +431,8 @@ def main() -> int:
                    choices=["default", "reduce-overhead", "max-autotune",
                             "max-autotune-no-cudagraphs"],
                    help="torch.compile's mode, given to both compilers")
+    p.add_argument("--gpus", type=int, default=1,
+                   help="CUDA: rows run at once, one a GPU, each on its own slice of the cores")
     p.add_argument("--child", default="")
     p.add_argument("--row", default="")
     a = p.parse_args()
@@ -446,24 +458,32 @@ def main() -> int:
             names = [n for n in a.models.split(",")]
         done = set() if a.fresh else {row_key(r) for r in load_rows(out)}
         out.parent.mkdir(parents=True, exist_ok=True)
-        info = {"machine": machine_line(a.device), "versions": versions(),
+        gpus = max(1, a.gpus) if a.device == "cuda" else 1
+        info = {"machine": machine_line(a.device, gpus), "versions": versions(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         print(json.dumps(info), flush=True)
-        for name in names:
-            for mode in a.mode.split(","):
-                if (name, mode, a.device, a.compile_mode) in done:
-                    continue
-                row = run_one(name, mode, a.device, a.timeout, a.min_reps, a.budget,
-                              a.compile_mode)
-                row["machine"] = info["machine"]
-                row["versions"] = info["versions"]
-                with open(out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                r = row
-                brief = (f"coil/Ind {r['ms']['inductor'] / r['ms']['coil']:.2f} "
-                         f"acc {r['accuracy']['coil']['ok']} strict {r['strict']}"
-                         if r.get("status") == "ok" else r.get("error", ""))
-                print(f"{name:32s} {mode:5s} {r.get('status'):8s} {brief}", flush=True)
+        todo = [(name, mode) for name in names for mode in a.mode.split(",")
+                if (name, mode, a.device, a.compile_mode) not in done]
+
+        def record(name: str, mode: str, row: dict) -> None:
+            row["machine"] = info["machine"]
+            row["versions"] = info["versions"]
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            r = row
+            brief = (f"coil/Ind {r['ms']['inductor'] / r['ms']['coil']:.2f} "
+                     f"acc {r['accuracy']['coil']['ok']} strict {r['strict']}"
+                     if r.get("status") == "ok" else r.get("error", ""))
+            print(f"{name:32s} {mode:5s} {r.get('status'):8s} {brief}", flush=True)
+
+        if gpus == 1:
+            for name, mode in todo:
+                record(name, mode, run_one(name, mode, a.device, a.timeout, a.min_reps,
+                                           a.budget, a.compile_mode))
+        else:
+            run_concurrently(todo, gpus, record, lambda name, mode, gpu, cpus: run_one(
+                name, mode, a.device, a.timeout, a.min_reps, a.budget, a.compile_mode, gpu,
+                cpus))
     rows = load_rows(out)
     header = ""
     if rows:
@@ -485,7 +505,7 @@ def main() -> int:
     return 0
 
 
-def machine_line(device: str) -> str:
+def machine_line(device: str, gpus: int = 1) -> str:
     import harness
 
     line = harness.machine()
@@ -493,7 +513,40 @@ def machine_line(device: str) -> str:
         import torch
 
         line += ", " + torch.cuda.get_device_name()
+        if gpus > 1:
+            line += f", {gpus} rows at once (one a GPU, {cores_per_gpu(gpus)} cores each)"
     return line
+
+
+def cores_per_gpu(gpus: int) -> int:
+    return max(1, len(os.sched_getaffinity(0)) // gpus)
+
+
+def run_concurrently(todo: list[tuple[str, str]], gpus: int,
+                     record: Callable[[str, str, dict], None],
+                     run: Callable[[str, str, int, list[int]], dict]) -> None:
+    """Runs `todo`'s rows `gpus` at a time: each on a free GPU with its own slice of the
+    cores; `record` is called on this thread, in the order rows finish."""
+    import concurrent.futures
+    import queue
+
+    cores = sorted(os.sched_getaffinity(0))
+    k = cores_per_gpu(gpus)
+    free: queue.Queue[int] = queue.Queue()
+    for g in range(gpus):
+        free.put(g)
+
+    def task(name: str, mode: str) -> tuple[str, str, dict]:
+        g = free.get()
+        try:
+            return name, mode, run(name, mode, g, cores[g * k:(g + 1) * k])
+        finally:
+            free.put(g)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=gpus) as pool:
+        futures = [pool.submit(task, name, mode) for name, mode in todo]
+        for f in concurrent.futures.as_completed(futures):
+            record(*f.result())
 
 
 if __name__ == "__main__":
