@@ -12,7 +12,10 @@ kernel_kind: generated kernels, Triton's or coil's; a library's convolutions and
 layout transposes; attention; copies; the optimizer), with the longest kernels listed. `coil_b` is coil with other options (--coil-b-options): an A/B of one option in
 one process, on one card. Where the dashboard's step time is close to the kernel time, the model
 is GPU-bound and these kinds say where the gap is; coil's kernel names match the `kernelN` of a
-COIL_DEBUG dump's 03_schedule.txt and 05_kernels.cpp.
+COIL_DEBUG dump's 03_schedule.txt and 05_kernels.cpp. With COIL_DEBUG=1 and one coil variant,
+each listed coil kernel also shows the bandwidth it reached: the bytes its schedule says it moves
+(03_schedule.txt's `traffic:` line, a lower bound) over its time, so a slow kernel stands out
+against the card's copy bandwidth (a kernel on too few blocks reads at a few GB/s).
 """
 
 from __future__ import annotations
@@ -80,6 +83,38 @@ def print_cudnn_choices() -> None:
     for c in sorted(got, key=lambda c: c["ms"][c["chosen"]] - c["ms"][0])[:8]:
         rc = "rtc " if c["runtime_compiled"][c["chosen"]] else ""
         print(f"   {c['ms'][0]:.3f} -> {c['ms'][c['chosen']]:.3f} ms {rc} {c['problem'][:150]}")
+
+
+_ENTRY_SUFFIXES = ("_impl", "_s", "_v", "_t", "_w", "_b", "_wv", "_bv", "_c", "_cv", "_br")
+
+
+def coil_kernel_bytes(debug_dir: str) -> dict[str, int]:
+    """Kernel name -> bytes read and written, from every 03_schedule.txt under a debug dump."""
+    import glob
+    import re
+
+    out: dict[str, int] = {}
+    head = re.compile(r"^(\w+) over .*:$")
+    traffic = re.compile(r"^  traffic: reads ~?(\d+), writes ~?(\d+) bytes$")
+    for path in glob.glob(os.path.join(debug_dir, "*", "03_schedule.txt")):
+        name = None
+        with open(path) as f:
+            for line in f:
+                m = head.match(line.rstrip("\n"))
+                if m:
+                    name = m.group(1)
+                    continue
+                m = traffic.match(line.rstrip("\n"))
+                if m and name:
+                    out[name] = int(m.group(1)) + int(m.group(2))
+    return out
+
+
+def kernel_base(name: str) -> str:
+    for suffix in sorted(_ENTRY_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def main() -> None:
@@ -158,6 +193,10 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     n = 5
+    coil_variants = [v for v in steps if v.startswith("coil")]
+    traffic = {}
+    if os.environ.get("COIL_DEBUG") == "1" and len(coil_variants) == 1:
+        traffic = coil_kernel_bytes(os.environ.get("COIL_DEBUG_DIR") or "coil_debug")
     for v, s in steps.items():
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(n):
@@ -174,7 +213,9 @@ def main() -> None:
         print(f"== {v}: kernel ms/step {sum(kinds.values()):.3f}: " + ", ".join(
             f"{k} {t:.3f}" for k, t in sorted(kinds.items(), key=lambda x: -x[1])))
         for t, count, name in sorted(kernels, reverse=True)[:a.top]:
-            print(f"   {t:7.3f} ms x{count:<3d} {kernel_kind(name):9s} {name}")
+            moved = traffic.get(kernel_base(name)) if v.startswith("coil") else None
+            rate = f"  {count * moved / (t * 1e-3) / 1e9:6.0f} GB/s" if moved else ""
+            print(f"   {t:7.3f} ms x{count:<3d} {kernel_kind(name):9s} {name}{rate}")
 
 
 if __name__ == "__main__":

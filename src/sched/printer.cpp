@@ -5,10 +5,13 @@
 //     step0 buf1 = reduce max [8] over [16] (local)
 //     step2 buf3 = pointwise [8, 16] -> storage0
 //     step4 buf5 = pointwise [8] -> in2 (input mutation)
+//     traffic: reads 512, writes 544 bytes
 //   extern mm (step3): buf3, in1 -> buf4 -> storage1
 //   free storage0
+//   kernels' traffic: reads 512, writes 544 bytes
 //   outputs: buf4
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "coil/sched/schedule.h"
@@ -16,9 +19,52 @@
 
 namespace coil::sched {
 
+namespace {
+
+struct Traffic {
+  int64_t in = 0, out = 0;
+  bool hinted = false;  // some size was symbolic: the figures take its hint
+};
+
+// A kernel's memory traffic, as numbers (symbolic sizes at their hints): the bytes of every
+// buffer it loads that no member writes (a view counts its own extent: a broadcast
+// per-channel vector is small), and of every buffer it stores that is not kernel-local. Each
+// counted once however often it is loaded: a lower bound of what the kernel moves, the figure
+// that a profile's kernel time turns into achieved bandwidth.
+Traffic kernel_traffic(const loop::LoopProgram& p, const std::vector<detail::StepDeps>& deps,
+                       const KernelPlan& k) {
+  std::set<loop::BufferId> written, read;
+  for (int st : k.steps) {
+    const auto& n = std::get<loop::ComputeNode>(p.steps.at(st));
+    written.insert(loop::storage_root(p, n.out));
+    if (const loop::BufferId in = detail::mutated_input(p, st); in >= 0) written.insert(in);
+  }
+  for (int st : k.steps)
+    for (const detail::Read& r : deps.at(st).reads)
+      if (!written.count(loop::storage_root(p, r.buffer))) read.insert(r.buffer);
+  Traffic t;
+  auto bytes = [&](loop::BufferId b) {
+    const sym::Expr e = detail::buffer_bytes(p, p.buffer(b));
+    t.hinted = t.hinted || !p.ctx->as_const(e);
+    return detail::size_hint(*p.ctx, e);
+  };
+  for (loop::BufferId b : read) t.in += bytes(b);
+  for (int st : k.steps) {
+    const auto& n = std::get<loop::ComputeNode>(p.steps.at(st));
+    if (std::find(k.local_buffers.begin(), k.local_buffers.end(), n.out) != k.local_buffers.end())
+      continue;
+    t.out += bytes(n.out);
+  }
+  return t;
+}
+
+}  // namespace
+
 std::string print_schedule(const loop::LoopProgram& program, const Schedule& schedule) {
   const sym::Context& ctx = *program.ctx;
   const MemoryPlan& m = schedule.memory;
+  const std::vector<detail::StepDeps> deps = detail::compute_dependencies(program);
+  Traffic total;  // over every kernel
   std::ostringstream os;
   auto where = [&](loop::BufferId b) -> std::string {
     if (b < static_cast<int>(m.buffer_storage.size()) && m.buffer_storage[b] >= 0) {
@@ -55,6 +101,12 @@ std::string print_schedule(const loop::LoopProgram& program, const Schedule& sch
         }
         os << (local ? " (local)" : where(n.out)) << "\n";
       }
+      const Traffic t = kernel_traffic(program, deps, k);
+      const char* about = t.hinted ? "~" : "";
+      os << "  traffic: reads " << about << t.in << ", writes " << about << t.out << " bytes\n";
+      total.in += t.in;
+      total.out += t.out;
+      total.hinted = total.hinted || t.hinted;
     } else {
       const auto& e = std::get<loop::ExternNode>(program.steps.at(ss.index));
       os << "extern " << loop::extern_kind_name(e.kind);
@@ -73,6 +125,9 @@ std::string print_schedule(const loop::LoopProgram& program, const Schedule& sch
       for (int sid : m.free_after[t]) os << "free storage" << sid << "\n";
     }
   }
+  const char* about = total.hinted ? "~" : "";  // "~": at the symbols' size hints
+  os << "kernels' traffic: reads " << about << total.in << ", writes " << about << total.out
+     << " bytes\n";
   os << "outputs:";
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     os << (i ? ", " : " ") << program.buffer(program.outputs[i]).name;

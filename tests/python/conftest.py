@@ -131,6 +131,13 @@ class FakeCompiledGraph:
         self.runs += 1
         return [env[i] for i in g.outputs]
 
+    # coil.set_profiling / profile_report reach every live graph, fakes of earlier tests too.
+    def set_profiling(self, on):
+        pass
+
+    def profile(self):
+        return 0, []
+
 
 class FakeCoil(types.ModuleType):
     """Stand-in for coil._coil. `compile_error` makes compile raise; `texts` records graphs."""
