@@ -266,7 +266,8 @@ TensorValue LoweringContext::from_buffer(BufferId id) {
   tv.strided = std::move(s);
   tv.inline_cost = 1;
   tv.inline_reads = 1;
-  tv.inline_full_reads = 1;
+  tv.full_read_buffers = std::vector<loop::BufferId>{tv.strided->base};
+  tv.read_buffers = tv.full_read_buffers;
   return tv;
 }
 

@@ -148,8 +148,22 @@ struct OperandSummary {
   std::vector<sym::Expr> sizes;
   int cost = 0;
   int reads = 0;
-  int full_reads = 0;  // of those reads, the ones not broadcast along a dim of the result
+  // the buffers read element per element of the result (TensorValue::full_read_buffers)
+  std::optional<std::vector<loop::BufferId>> full_reads = std::vector<loop::BufferId>{};
+  std::optional<std::vector<loop::BufferId>> read_buffers = std::vector<loop::BufferId>{};
 };
+
+// `into` with the buffers of `from` it lacks; unset where either is.
+void merge_buffers(std::optional<std::vector<loop::BufferId>>& into,
+                   const std::optional<std::vector<loop::BufferId>>& from) {
+  if (!into) return;
+  if (!from) {
+    into.reset();
+    return;
+  }
+  for (loop::BufferId b : *from)
+    if (std::find(into->begin(), into->end(), b) == into->end()) into->push_back(b);
+}
 // An operand broadcast along some dim of the result (a per-row scale, a [rows, 1] target) is
 // one value per many elements: its chain counts as a load towards the result's cost, so that a
 // cheap per-element value over per-row inputs (nll_loss's scaled one-hot) stays inline for its
@@ -164,8 +178,11 @@ OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int c
     const bool broadcast = is_broadcast_in(c, o.t.sizes, s.sizes);
     s.cost += broadcast ? std::min(o.t.inline_cost, 1) : o.t.inline_cost;
     s.reads += o.t.inline_reads;
-    if (!broadcast) s.full_reads += o.t.full_reads();
+    merge_buffers(s.read_buffers, o.t.read_buffers);
+    if (!broadcast) merge_buffers(s.full_reads, o.t.full_read_buffers);
   }
+  // Operands that load the same buffer load it once.
+  if (s.read_buffers) s.reads = static_cast<int>(s.read_buffers->size());
   return s;
 }
 
@@ -173,7 +190,7 @@ OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int c
 TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType compute,
                            DType out_dtype, Fn fn, int cost = 1) {
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads, full_reads] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
   DType result_compute = dtype_compute(out_dtype);
   Loader load = [ops = std::move(ops), compute, result_compute, fn = std::move(fn), &c](
                     BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -183,7 +200,8 @@ TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType 
     return b.cast(fn(b, x), result_compute);
   };
   TensorValue tv = lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads);
-  tv.inline_full_reads = full_reads;
+  tv.full_read_buffers = std::move(full_reads);
+  tv.read_buffers = std::move(read_buffers);
   return tv;
 }
 
@@ -340,7 +358,7 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
                             std::vector<DType> load_types, DType out, Fn fn, int cost = 1) {
   // Wrap each operand's loader so it converts to its own load type.
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads, full_reads] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
   DType rc = dtype_compute(out);
   Loader load = [ops = std::move(ops), load_types = std::move(load_types), fn = std::move(fn), rc,
                  &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -351,7 +369,8 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
     return b.cast(fn(b, x), rc);
   };
   TensorValue tv = lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
-  tv.inline_full_reads = full_reads;
+  tv.full_read_buffers = std::move(full_reads);
+  tv.read_buffers = std::move(read_buffers);
   return tv;
 }
 

@@ -7,10 +7,16 @@
 
 namespace coil::lower {
 
-bool cheap_to_recompute(const TensorValue& v, const CompileOptions& options,
+bool cheap_to_recompute(const TensorValue& v, int num_users, const CompileOptions& options,
                         const backend::LoweringPolicy& target) {
-  return options.recompute_cheap_values && !v.strided && v.full_reads() <= 1 &&
-         v.inline_cost <= target.cheap_recompute_cost;
+  if (!options.recompute_cheap_values || v.strided || v.inline_cost > target.cheap_recompute_cost)
+    return false;
+  // In element-sized transfers: realized, the value costs its F full reads and a write; inline,
+  // each of its U readers loads F buffers instead of one, at worst F - 1 more each (readers
+  // that load those buffers anyway, as BatchNorm's backward reductions load its input, pay
+  // nothing). Inline where that worst case is no more.
+  const int64_t f = v.full_reads();
+  return f <= 1 || int64_t{num_users} * (f - 1) <= f + 1;
 }
 
 RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_output,
@@ -21,7 +27,8 @@ RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_
   if (!options.inline_pointwise) return RealizeReason::NoInline;
   if (v.inline_reads > options.max_inline_reads) return RealizeReason::Reads;
   if (v.inline_cost > kMaxInlineCost) return RealizeReason::Cost;
-  if (num_users > 1 && v.inline_cost > kReuseInlineCost && !cheap_to_recompute(v, options, target))
+  if (num_users > 1 && v.inline_cost > kReuseInlineCost &&
+      !cheap_to_recompute(v, num_users, options, target))
     return RealizeReason::Reuse;
   return RealizeReason::None;
 }
@@ -120,15 +127,15 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
     }
     const RealizeReason why = realize_reason(tv, distinct, is_output, ctx.options(), ctx.target());
     if (why == RealizeReason::None && distinct > 1 && tv.inline_cost > kReuseInlineCost &&
-        cheap_to_recompute(tv, ctx.options(), ctx.target())) {
+        cheap_to_recompute(tv, distinct, ctx.options(), ctx.target())) {
       // Kept inline as cheap to recompute: to its readers' own realize decisions it counts as
-      // the load of a buffer, as the realized value would (its arithmetic is what the target
-      // counts as free, and a body loads each of its broadcast operands once however often
-      // it is used), so that a reader which would have stayed inline over the realized value
-      // still does.
+      // the loads of its full-size buffers, as the realized value would count as one (its
+      // arithmetic and its broadcast operands are what the target counts as free), so that a
+      // reader which would have stayed inline over the realized value still does.
       TensorValue cheap = tv;
       cheap.inline_cost = 1;
-      cheap.inline_reads = 1;
+      cheap.read_buffers = tv.full_read_buffers;  // its broadcast operands left out
+      cheap.inline_reads = tv.full_reads();
       ctx.set_value(out, std::move(cheap));
       continue;
     }

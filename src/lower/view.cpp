@@ -31,7 +31,8 @@ TensorValue view_value(const TensorValue& x, Index sizes, Reindex f,
   tv.strided = std::move(strided);
   tv.inline_cost = x.inline_cost;
   tv.inline_reads = x.inline_reads;
-  tv.inline_full_reads = x.inline_full_reads;
+  tv.full_read_buffers = x.full_read_buffers;
+  tv.read_buffers = x.read_buffers;
   return tv;
 }
 

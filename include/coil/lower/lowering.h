@@ -48,11 +48,18 @@ struct TensorValue {
   // buffer loads it performs; the realize rule (realize.h) reads both.
   int inline_cost = 0;
   int inline_reads = 0;
-  // How many of those loads read a buffer element per element of this value (not broadcast
-  // along some dim of it, as a per-channel scale is); -1 where the producer does not say, which
-  // the realize rule takes as inline_reads.
-  int inline_full_reads = -1;
-  int full_reads() const { return inline_full_reads < 0 ? inline_reads : inline_full_reads; }
+  // The buffers those loads read, each once (a body loads a buffer once however many of its
+  // operands read it: loads are common subexpressions); unset where the producer does not say.
+  // Pointwise ops count their inline_reads from these where every operand has them.
+  std::optional<std::vector<loop::BufferId>> read_buffers;
+  // The buffers of those loads that read an element per element of this value (not broadcast
+  // along some dim of it, as a per-channel scale is), each once however often the body loads
+  // it (the body's loads are common subexpressions); unset where the producer does not say,
+  // which the realize rule takes as inline_reads of them.
+  std::optional<std::vector<loop::BufferId>> full_read_buffers;
+  int full_reads() const {
+    return full_read_buffers ? static_cast<int>(full_read_buffers->size()) : inline_reads;
+  }
 };
 
 class LoweringContext;

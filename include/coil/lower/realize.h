@@ -4,9 +4,12 @@
 //   - options.inline_pointwise is off (every computed value is realized), or
 //   - it is a graph output (realized right away, so later users read the buffer), or
 //   - it has several users and its inline_cost is above kReuseInlineCost, unless it is cheap
-//     to recompute: it reads at most one buffer element per element (the rest broadcast) and
-//     costs no more than the target's LoweringPolicy::cheap_recompute_cost. Such a value then
-//     counts as one load (cost 1, 1 read) to its readers, as the realized value would, or
+//     to recompute: it costs no more than the target's LoweringPolicy::cheap_recompute_cost
+//     and its F full reads (buffers read element per element, not broadcast) cost its U
+//     readers no more than realizing it would even where no reader loads them anyway:
+//     U (F - 1) <= F + 1 transfers (always for F <= 1). Such a value then counts as the loads
+//     of its F buffers (cost 1) to its readers' own decisions, as the realized value would
+//     count as one, or
 //   - inlining it would read more than options.max_inline_reads buffers, or
 //   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
 //   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it), or
@@ -33,7 +36,7 @@ enum class RealizeReason { None, Output, Reuse, Reads, Cost, NoInline };
 
 // Whether `v`, read by several kernels, is cheaper recomputed in each than realized once
 // (LoweringPolicy::cheap_recompute_cost; option recompute_cheap_values).
-bool cheap_to_recompute(const TensorValue& v, const CompileOptions& options,
+bool cheap_to_recompute(const TensorValue& v, int num_users, const CompileOptions& options,
                         const backend::LoweringPolicy& target);
 
 // Why `v` (with `num_users` distinct consumer nodes) must be realized, or None.

@@ -618,6 +618,49 @@ TEST(LowerCore, CheapOneReadValuesStayInlineOnTheGpu) {
   for (size_t k = 0; k < got.size(); ++k) expect_near(got[k].to_doubles(), want[k].to_doubles());
 }
 
+// A value with two full-size reads (SiLU's gradient: the incoming gradient and the saved
+// input) stays inline on the GPU for up to three readers: realized it costs two reads and a
+// write, inline at most one more read a reader (U (F - 1) <= F + 1); with four readers it is
+// realized. Loads of one buffer by several operands count once (x below is read three times).
+TEST(LowerCore, TwoReadValuesStayInlineForUpToThreeGpuReaders) {
+  auto graph = [](int readers) {
+    std::string t = R"(graph(%0: f32[2, 4, 8]@cuda, %1: f32[2, 4, 8]@cuda, %2: f32[4, 1]@cuda):
+  %3: f32[2, 4, 8]@cuda = aten.sigmoid.default(%0)
+  %4: f32[2, 4, 8]@cuda = aten.mul.Tensor(%0, %3)
+  %5: f32[2, 4, 8]@cuda = aten.sub.Tensor(%0, %4)
+  %6: f32[2, 4, 8]@cuda = aten.mul.Tensor(%1, %5)
+  %7: f32[2, 4, 8]@cuda = aten.mul.Tensor(%6, %2)
+)";
+    std::string outs;
+    for (int r = 0; r < readers; ++r) {
+      const std::string v = "%" + std::to_string(8 + r);
+      t += "  " + v + ": f32[4]@cuda = aten.sum.dim_IntList(%7, [0, 2]";
+      t += r == 0 ? ")\n" : ", false, dtype=dtype(f32))\n";  // distinct nodes, one sum each
+      outs += (r ? ", " : "") + v;
+    }
+    return t + "  return (" + outs + ")\n";
+  };
+  auto realized_3d = [](const Lowered& l) {
+    int n = 0;
+    for (const auto& b : l.result.program.buffers)
+      if (b.kind == loop::BufferKind::Intermediate && b.sizes.size() == 3) ++n;
+    return n;
+  };
+  Lowered three = lower_text(graph(3));
+  Lowered four = lower_text(graph(4));
+  EXPECT_EQ(realized_3d(three), 0) << three.text();
+  EXPECT_EQ(realized_3d(four), 1) << four.text();
+  CompileOptions off;
+  off.recompute_cheap_values = false;
+  Lowered usual = lower_text(graph(3), off);
+  EXPECT_EQ(realized_3d(usual), 1) << usual.text();  // several readers, cost above 8
+  std::vector<HostTensor> in = {tensor(DType::Float32, {2, 4, 8}, 1),
+                                tensor(DType::Float32, {2, 4, 8}, 2),
+                                tensor(DType::Float32, {4, 1}, 3)};
+  auto a = three.run(in), b = four.run(in);
+  for (size_t k = 0; k < a.size(); ++k) expect_near(a[k].to_doubles(), b[k].to_doubles());
+}
+
 TEST(LowerCore, FallbackAndStrict) {
   const char* text = R"(graph(%0: f32[4]):
   %1: f32[4] = aten.exp.default(%0)

@@ -25,7 +25,7 @@ inline const TargetPolicy& cuda_policy() {
     l.native_convolutions_option = &CompileOptions::cuda_native_depthwise;
     l.masked_convolution_taps = true;
     l.convolution_bias_pointwise = true;
-    l.cheap_recompute_cost = 16;  // memory-bound kernels: arithmetic is nearly free
+    l.cheap_recompute_cost = 24;  // memory-bound kernels: arithmetic is nearly free
     SchedulePolicy& s = t.schedule;
     s.unit_stride_inner_loops = false;
     s.join_small_kernels = true;
