@@ -11,6 +11,7 @@
 //   kernels' traffic: reads 512, writes 544 bytes
 //   outputs: buf4
 #include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -27,28 +28,51 @@ struct Traffic {
 };
 
 // A kernel's memory traffic, as numbers (symbolic sizes at their hints): the bytes of every
-// buffer it loads that no member writes (a view counts its own extent: a broadcast
-// per-channel vector is small), and of every buffer it stores that is not kernel-local. Each
-// counted once however often it is loaded: a lower bound of what the kernel moves, the figure
-// that a profile's kernel time turns into achieved bandwidth.
+// buffer it loads that no member writes, and of every buffer it stores that is not
+// kernel-local. A load counts what its index can reach: the buffer's extent (a view's own: a
+// broadcast per-channel vector is small), or fewer where the index takes only some of its
+// node's loop variables (a variance's shift loads one element a row of a large input). Each
+// buffer counts once however often it is loaded: a lower bound of what the kernel moves, the
+// figure that a profile's kernel time turns into achieved bandwidth.
 Traffic kernel_traffic(const loop::LoopProgram& p, const std::vector<detail::StepDeps>& deps,
                        const KernelPlan& k) {
-  std::set<loop::BufferId> written, read;
+  std::set<loop::BufferId> written;
   for (int st : k.steps) {
     const auto& n = std::get<loop::ComputeNode>(p.steps.at(st));
     written.insert(loop::storage_root(p, n.out));
     if (const loop::BufferId in = detail::mutated_input(p, st); in >= 0) written.insert(in);
   }
-  for (int st : k.steps)
-    for (const detail::Read& r : deps.at(st).reads)
-      if (!written.count(loop::storage_root(p, r.buffer))) read.insert(r.buffer);
   Traffic t;
   auto bytes = [&](loop::BufferId b) {
     const sym::Expr e = detail::buffer_bytes(p, p.buffer(b));
     t.hinted = t.hinted || !p.ctx->as_const(e);
     return detail::size_hint(*p.ctx, e);
   };
-  for (loop::BufferId b : read) t.in += bytes(b);
+  std::map<loop::BufferId, int64_t> reach;  // per buffer read: the most bytes one load reaches
+  for (int st : k.steps) {
+    const auto& n = std::get<loop::ComputeNode>(p.steps.at(st));
+    for (const detail::Read& r : deps.at(st).reads) {
+      if (written.count(loop::storage_root(p, r.buffer))) continue;
+      if (r.load == nullptr) {  // not from a body: the whole buffer
+        reach[r.buffer] = bytes(r.buffer);
+        continue;
+      }
+      int64_t elements = 1;
+      auto take = [&](const std::vector<sym::Expr>& vars, const std::vector<sym::Expr>& ranges) {
+        for (size_t v = 0; v < vars.size() && v < ranges.size(); ++v)
+          for (const sym::Expr& e : r.load->index)
+            if (p.ctx->depends_on(e, vars[v])) {
+              elements *= std::max<int64_t>(1, detail::size_hint(*p.ctx, ranges[v]));
+              break;
+            }
+      };
+      take(n.index_vars, n.ranges);
+      take(n.reduction_vars, n.reduction_ranges);
+      const int64_t b = std::min(bytes(r.buffer), elements * dtype_size(p.buffer(r.buffer).dtype));
+      reach[r.buffer] = std::max(reach[r.buffer], b);
+    }
+  }
+  for (const auto& [b, n] : reach) t.in += n;
   for (int st : k.steps) {
     const auto& n = std::get<loop::ComputeNode>(p.steps.at(st));
     if (std::find(k.local_buffers.begin(), k.local_buffers.end(), n.out) != k.local_buffers.end())
