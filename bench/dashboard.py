@@ -281,6 +281,17 @@ def versions() -> dict[str, str]:
             out[mod] = getattr(m, "__version__", "?")
         except Exception:  # noqa: BLE001 - a missing library is reported as such
             out[mod] = "missing"
+    # Which coil made the row: the checkout's commit (a copy without .git, as the GPU machine
+    # gets, says COIL_REVISION or nothing).
+    rev = os.environ.get("COIL_REVISION", "")
+    if not rev:
+        try:
+            rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # noqa: BLE001 - no git: no revision
+            rev = ""
+    if rev:
+        out["coil"] = rev
     return out
 
 
