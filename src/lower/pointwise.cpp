@@ -147,6 +147,7 @@ using Fn = std::function<InstrId(BodyBuilder& b, const std::vector<InstrId>& x)>
 struct OperandSummary {
   std::vector<sym::Expr> sizes;
   int cost = 0;
+  int reuse_cost = 0;  // TensorValue::reuse_cost
   int reads = 0;
   // the buffers read element per element of the result (TensorValue::full_read_buffers)
   std::optional<std::vector<loop::BufferId>> full_reads = std::vector<loop::BufferId>{};
@@ -171,12 +172,14 @@ void merge_buffers(std::optional<std::vector<loop::BufferId>>& into,
 OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int cost) {
   OperandSummary s;
   s.cost = cost;
+  s.reuse_cost = cost;
   for (const Operand& o : ops)
     if (o.is_tensor()) s.sizes = broadcast_shapes(c, s.sizes, o.t.sizes);
   for (const Operand& o : ops) {
     if (!o.is_tensor()) continue;
     const bool broadcast = is_broadcast_in(c, o.t.sizes, s.sizes);
     s.cost += broadcast ? std::min(o.t.inline_cost, 1) : o.t.inline_cost;
+    s.reuse_cost += broadcast ? std::min(o.t.cost_for_reuse(), 1) : o.t.cost_for_reuse();
     s.reads += o.t.inline_reads;
     merge_buffers(s.read_buffers, o.t.read_buffers);
     if (!broadcast) merge_buffers(s.full_reads, o.t.full_read_buffers);
@@ -190,7 +193,7 @@ OperandSummary summarize(sym::Context& c, const std::vector<Operand>& ops, int c
 TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType compute,
                            DType out_dtype, Fn fn, int cost = 1) {
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reuse_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
   DType result_compute = dtype_compute(out_dtype);
   Loader load = [ops = std::move(ops), compute, result_compute, fn = std::move(fn), &c](
                     BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -202,6 +205,7 @@ TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType 
   TensorValue tv = lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads);
   tv.full_read_buffers = std::move(full_reads);
   tv.read_buffers = std::move(read_buffers);
+  tv.reuse_cost = reuse_cost;
   return tv;
 }
 
@@ -358,7 +362,7 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
                             std::vector<DType> load_types, DType out, Fn fn, int cost = 1) {
   // Wrap each operand's loader so it converts to its own load type.
   sym::Context& c = lc.ctx();
-  auto [sizes, total_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
+  auto [sizes, total_cost, reuse_cost, reads, full_reads, read_buffers] = summarize(c, ops, cost);
   DType rc = dtype_compute(out);
   Loader load = [ops = std::move(ops), load_types = std::move(load_types), fn = std::move(fn), rc,
                  &c](BodyBuilder& b, const std::vector<sym::Expr>& index) {
@@ -371,6 +375,7 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
   TensorValue tv = lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
   tv.full_read_buffers = std::move(full_reads);
   tv.read_buffers = std::move(read_buffers);
+  tv.reuse_cost = reuse_cost;
   return tv;
 }
 

@@ -9,7 +9,8 @@ namespace coil::lower {
 
 bool cheap_to_recompute(const TensorValue& v, int num_users, const CompileOptions& options,
                         const backend::LoweringPolicy& target) {
-  if (!options.recompute_cheap_values || v.strided || v.inline_cost > target.cheap_recompute_cost)
+  if (!options.recompute_cheap_values || v.strided ||
+      v.cost_for_reuse() > target.cheap_recompute_cost)
     return false;
   // In element-sized transfers: realized, the value costs its F full reads and a write; inline,
   // each of its U readers loads F buffers instead of one, at worst F - 1 more each (readers
@@ -27,7 +28,7 @@ RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_
   if (!options.inline_pointwise) return RealizeReason::NoInline;
   if (v.inline_reads > options.max_inline_reads) return RealizeReason::Reads;
   if (v.inline_cost > kMaxInlineCost) return RealizeReason::Cost;
-  if (num_users > 1 && v.inline_cost > kReuseInlineCost &&
+  if (num_users > 1 && v.cost_for_reuse() > kReuseInlineCost &&
       !cheap_to_recompute(v, num_users, options, target))
     return RealizeReason::Reuse;
   return RealizeReason::None;
@@ -126,14 +127,15 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
       continue;
     }
     const RealizeReason why = realize_reason(tv, distinct, is_output, ctx.options(), ctx.target());
-    if (why == RealizeReason::None && distinct > 1 && tv.inline_cost > kReuseInlineCost &&
+    if (why == RealizeReason::None && distinct > 1 && tv.cost_for_reuse() > kReuseInlineCost &&
         cheap_to_recompute(tv, distinct, ctx.options(), ctx.target())) {
-      // Kept inline as cheap to recompute: to its readers' own realize decisions it counts as
+      // Kept inline as cheap to recompute: to its readers' own reuse decisions it counts as
       // the loads of its full-size buffers, as the realized value would count as one (its
       // arithmetic and its broadcast operands are what the target counts as free), so that a
-      // reader which would have stayed inline over the realized value still does.
+      // reader which would have stayed inline over the realized value still does. Its real
+      // cost stays in inline_cost, which kMaxInlineCost bounds.
       TensorValue cheap = tv;
-      cheap.inline_cost = 1;
+      cheap.reuse_cost = 1;
       cheap.read_buffers = tv.full_read_buffers;  // its broadcast operands left out
       cheap.inline_reads = tv.full_reads();
       ctx.set_value(out, std::move(cheap));

@@ -33,6 +33,7 @@ TensorValue view_value(const TensorValue& x, Index sizes, Reindex f,
   tv.inline_reads = x.inline_reads;
   tv.full_read_buffers = x.full_read_buffers;
   tv.read_buffers = x.read_buffers;
+  tv.reuse_cost = x.reuse_cost;
   return tv;
 }
 

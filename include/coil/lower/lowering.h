@@ -48,6 +48,10 @@ struct TensorValue {
   // buffer loads it performs; the realize rule (realize.h) reads both.
   int inline_cost = 0;
   int inline_reads = 0;
+  // The cost the reuse rule counts (realize.h): inline_cost, less what values kept inline as
+  // cheap to recompute add (each counts as a load); unset where it is inline_cost.
+  std::optional<int> reuse_cost;
+  int cost_for_reuse() const { return reuse_cost.value_or(inline_cost); }
   // The buffers those loads read, each once (a body loads a buffer once however many of its
   // operands read it: loads are common subexpressions); unset where the producer does not say.
   // Pointwise ops count their inline_reads from these where every operand has them.

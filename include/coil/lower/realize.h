@@ -8,8 +8,8 @@
 //     and its F full reads (buffers read element per element, not broadcast) cost its U
 //     readers no more than realizing it would even where no reader loads them anyway:
 //     U (F - 1) <= F + 1 transfers (always for F <= 1). Such a value then counts as the loads
-//     of its F buffers (cost 1) to its readers' own decisions, as the realized value would
-//     count as one, or
+//     of its F buffers (reuse cost 1: TensorValue::reuse_cost) to its readers' own reuse
+//     decisions, as the realized value would count as one, or
 //   - inlining it would read more than options.max_inline_reads buffers, or
 //   - its inline_cost is above kMaxInlineCost (keeps bodies small), or
 //   - it feeds an extern kernel or a fallback (LoweringContext::as_buffer realizes it), or
