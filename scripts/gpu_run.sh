@@ -8,6 +8,8 @@
 #
 #   OUT=/some/dir ./scripts/gpu_run.sh                 # everything
 #   ./scripts/gpu_run.sh --quick --cases silu_mul      # a smoke run
+#   ./scripts/gpu_run.sh --build-only                  # the build alone, then run what you
+#                                                      #   like with PYTHONPATH=$PWD/python
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,10 @@ ninja -C build/gpu -j"$jobs" || exit 1
 
 # COIL_INPLACE put _coil*.so into python/coil/; use that package, not an installed one.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+if [[ "${1:-}" == "--build-only" ]]; then
+  "$py" -c "import coil._coil" && echo "== built (PYTHONPATH=$PWD/python)"
+  exit $?
+fi
 "$py" -c "import coil, coil._coil, torch; print('coil from', coil.__file__); \
 print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())" || exit 1
 
