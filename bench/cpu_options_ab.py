@@ -14,7 +14,6 @@ ratio of the medians (> 1: a is faster). The GPU's counterpart is bench/dashboar
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import time
@@ -22,28 +21,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import torch  # noqa: E402
 
 import coil  # noqa: E402,F401  (registers the backend where the entry point is not installed)
 import dashboard  # noqa: E402
 import dashboard_models  # noqa: E402
-from dashboard_kernels import parse_options  # noqa: E402
-
-
-def make_step(model, inputs, mode: str, options: dict):
-    m = copy.deepcopy(model)
-    fn = torch.compile(m, backend="coil", options=options)
-    opt = torch.optim.SGD(m.parameters(), lr=1e-4)
-
-    def step():
-        if mode == "infer":
-            with torch.no_grad():
-                return fn(*inputs)
-        opt.zero_grad(set_to_none=True)
-        dashboard_models.loss_of(fn(*inputs)).backward()
-        opt.step()
-
-    return step
+from dashboard_kernels import make_step, parse_options  # noqa: E402
 
 
 def main() -> None:
@@ -62,8 +44,8 @@ def main() -> None:
     if a.mode == "infer":
         model.eval()
     inputs = tuple(built.inputs)
-    steps = {"a": make_step(model, inputs, a.mode, parse_options(a.a)),
-             "b": make_step(model, inputs, a.mode, parse_options(a.b))}
+    steps = {v: make_step(model, inputs, a.mode, "coil", None, parse_options(getattr(a, v)))
+             for v in ("a", "b")}
     for v, s in steps.items():
         t = time.perf_counter()
         s()

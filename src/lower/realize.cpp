@@ -9,6 +9,7 @@ namespace coil::lower {
 
 bool cheap_to_recompute(const TensorValue& v, int num_users, const CompileOptions& options,
                         const backend::LoweringPolicy& target) {
+  if (num_users <= 1 || v.cost_for_reuse() <= kReuseInlineCost) return false;  // not reused
   if (!options.recompute_cheap_values || v.strided ||
       v.cost_for_reuse() > target.cheap_recompute_cost)
     return false;
@@ -28,9 +29,9 @@ RealizeReason realize_reason(const TensorValue& v, int num_users, bool is_graph_
   if (!options.inline_pointwise) return RealizeReason::NoInline;
   if (v.inline_reads > options.max_inline_reads) return RealizeReason::Reads;
   if (v.inline_cost > kMaxInlineCost) return RealizeReason::Cost;
-  if (num_users > 1 && v.cost_for_reuse() > kReuseInlineCost &&
-      !cheap_to_recompute(v, num_users, options, target))
-    return RealizeReason::Reuse;
+  if (num_users > 1 && v.cost_for_reuse() > kReuseInlineCost)
+    return cheap_to_recompute(v, num_users, options, target) ? RealizeReason::None
+                                                             : RealizeReason::Reuse;
   return RealizeReason::None;
 }
 
@@ -127,7 +128,7 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
       continue;
     }
     const RealizeReason why = realize_reason(tv, distinct, is_output, ctx.options(), ctx.target());
-    if (why == RealizeReason::None && distinct > 1 && tv.cost_for_reuse() > kReuseInlineCost &&
+    if (why == RealizeReason::None &&
         cheap_to_recompute(tv, distinct, ctx.options(), ctx.target())) {
       // Kept inline as cheap to recompute: to its readers' own reuse decisions it counts as
       // the loads of its full-size buffers, as the realized value would count as one (its

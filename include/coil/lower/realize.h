@@ -34,8 +34,10 @@ inline constexpr int kMaxInlineCost = 100;
 
 enum class RealizeReason { None, Output, Reuse, Reads, Cost, NoInline };
 
-// Whether `v`, read by several kernels, is cheaper recomputed in each than realized once
-// (LoweringPolicy::cheap_recompute_cost; option recompute_cheap_values).
+// Whether `v`, which the reuse rule would realize for its `num_users` readers (several, cost
+// above kReuseInlineCost), is cheaper recomputed by each than realized once
+// (LoweringPolicy::cheap_recompute_cost; option recompute_cheap_values). False where the reuse
+// rule would not realize it.
 bool cheap_to_recompute(const TensorValue& v, int num_users, const CompileOptions& options,
                         const backend::LoweringPolicy& target);
 

@@ -373,6 +373,38 @@ TEST(Schedule, MemoryOrderRunsAProjectionLate) {
 // counters) join recent small kernels over the same ranges, one launch for several, while a
 // kernel keeps at most 16 buffers; large ones and CPU programs stay apart. Every decision is in
 // the fusion log.
+// A kernel's traffic line counts what its loads can reach: out[i] = x[i, 0] + x[i, j] summed
+// over j reads x once (512 bytes, not twice), and y[i] = x[i, 0] * 2 alone reaches one column
+// (32 bytes of x's 512).
+TEST(Schedule, TrafficCountsWhatLoadsReach) {
+  const DType f = DType::Float32;
+  ProgramBuilder b;
+  auto x = b.input(f, {b.c(8), b.c(16)});
+  auto sum = b.buffer(f, {b.c(8)});
+  b.node(sum, {b.c(8)}, {nullptr}, ReduceKind::Sum, {b.c(16)},
+         [&](BodyBuilder& bb, auto& i, auto& r) {
+           return bb.op(InstrKind::Add, f, bb.load(x, f, {i[0], b.ctx().zero()}),
+                        bb.load(x, f, {i[0], r[0]}));
+         });
+  ProgramBuilder c;
+  auto x2 = c.input(f, {c.c(8), c.c(16)});
+  auto col = c.buffer(f, {c.c(8)});
+  c.node(col, {c.c(8)}, {nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Mul, f, bb.load(x2, f, {i[0], c.ctx().zero()}), bb.constant(2.0, f));
+  });
+  b.p.outputs = {sum};
+  c.p.outputs = {col};
+  const CompileOptions o;
+  auto check = [&](ProgramBuilder& pb, const std::string& want) {
+    const Schedule s = sched::schedule_program(pb.p, o, coil::test_support::policy_for(pb.p));
+    const std::string text = sched::print_schedule(pb.p, s);
+    EXPECT_NE(text.find("  traffic: " + want + " bytes"), std::string::npos) << text;
+    EXPECT_NE(text.find("kernels' traffic: " + want + " bytes"), std::string::npos) << text;
+  };
+  check(b, "reads 512, writes 32");
+  check(c, "reads 32, writes 32");
+}
+
 TEST(Schedule, SmallGpuKernelsJoin) {
   auto build = [](ProgramBuilder& b, int n, int64_t size) {
     const DType f = DType::Float32;
