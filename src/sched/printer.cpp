@@ -149,9 +149,11 @@ std::string print_schedule(const loop::LoopProgram& program, const Schedule& sch
       for (int sid : m.free_after[t]) os << "free storage" << sid << "\n";
     }
   }
-  const char* about = total.hinted ? "~" : "";  // "~": at the symbols' size hints
-  os << "kernels' traffic: reads " << about << total.in << ", writes " << about << total.out
-     << " bytes\n";
+  if (!schedule.kernels.empty()) {  // a schedule of extern steps alone moves nothing of its own
+    const char* about = total.hinted ? "~" : "";  // "~": at the symbols' size hints
+    os << "kernels' traffic: reads " << about << total.in << ", writes " << about << total.out
+       << " bytes\n";
+  }
   os << "outputs:";
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     os << (i ? ", " : " ") << program.buffer(program.outputs[i]).name;

@@ -486,8 +486,9 @@ TEST(EmitCuda, IndependentReductionsShareOnePass) {
   EXPECT_NE(code.find("acc2 = coil::MaxOp::apply(acc2"), std::string::npos) << code;
   EXPECT_EQ(code.find("float acc = "), std::string::npos) << code;  // no separate pass
   expect_compiles(src);
+  // (64 rows of 2048: below split_reduction_min_elements, so the variance is not one-pass.)
   CudaSource var = emit_graph(
-      "graph(%0: f32[64, 4096]@cuda):\n"
+      "graph(%0: f32[64, 2048]@cuda):\n"
       "  %1: f32[64]@cuda, %2: f32[64]@cuda = aten.var_mean.correction(%0, [1], correction=0)\n"
       "  return (%1, %2)\n");
   const std::string vcode = backend::cuda::strip_prelude(var.code);

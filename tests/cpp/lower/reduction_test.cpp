@@ -400,18 +400,19 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
 )");
   EXPECT_EQ(reduction_ranges(small), (std::vector<std::string>{"8 512 over 8 7 7", "512 over 8",
                                                                "8 768 over 512", "768 over 8"}));
-  // EfficientNet-B0's 40 channels over [32, 28, 28], 1.0 M elements: one stage by default;
-  // split (the 32 images times 2 of the 28 rows: min(8192 / 40, 25088 / 256) = 98 chunks
-  // wanted) where split_reduction_min_elements allows it.
+  // EfficientNet-B0's 40 channels over [32, 28, 28], 1.0 M elements: split by default (the
+  // 32 images times 2 of the 28 rows: min(8192 / 40, 25088 / 256) = 98 chunks wanted); one
+  // stage where split_reduction_min_elements is above its size.
   const std::string few = R"(graph(%0: f32[32, 40, 28, 28]@cuda):
   %1: f32[40]@cuda = aten.sum.dim_IntList(%0, [0, 2, 3])
   return (%1)
 )";
-  EXPECT_EQ(reduction_ranges(lower_text(few)), (std::vector<std::string>{"40 over 32 28 28"}));
-  CompileOptions lower_min;
-  lower_min.split_reduction_min_elements = int64_t{1} << 18;
-  EXPECT_EQ(reduction_ranges(lower_text(few, lower_min)),
+  EXPECT_EQ(reduction_ranges(lower_text(few)),
             (std::vector<std::string>{"32 2 40 over 14 28", "40 over 32 2"}));
+  CompileOptions one_stage;
+  one_stage.split_reduction_min_elements = int64_t{1} << 20;
+  EXPECT_EQ(reduction_ranges(lower_text(few, one_stage)),
+            (std::vector<std::string>{"40 over 32 28 28"}));
 
   std::vector<HostTensor> ins = {HostTensor::from_doubles(DType::Float32, sz, x),
                                  HostTensor::from_doubles(DType::Bool, sz, b)};
