@@ -43,6 +43,13 @@ inline bool is_matrix_product(OpId op) {
   return op == opid::aten_mm_default || op == opid::aten_addmm_default ||
          op == opid::aten_bmm_default || op == opid::aten_baddbmm_default;
 }
+// Whether `op` reads its tensor operands from memory, realized, whatever they are: a matrix
+// product or a convolution (an extern, or a native kernel that loads each input element once
+// per tap). A value such an op reads is stored for it in any case.
+inline bool reads_operands_from_memory(OpId op) {
+  return is_matrix_product(op) || op == opid::aten_convolution_default ||
+         op == opid::aten_convolution_backward_default;
+}
 // Fuses activation `act` into the cuBLASLt epilogue of the CUDA mm/addmm it reads, when nothing
 // else reads that product; returns act's value (the product, now stored activated), or nullopt
 // to lower it as usual. Defined in linalg.cpp.

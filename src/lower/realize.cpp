@@ -80,18 +80,18 @@ bool feeds_products(const Value* v) {
   return true;
 }
 
-// Whether some reader of `v` is a matrix product, directly or through views (a transposed
-// weight-gradient operand, a reshape to 2-d).
-bool read_by_a_product(const Value* v, int depth = 0) {
+// Whether some reader of `v` takes it from memory (a matrix product or a convolution),
+// directly or through views (a transposed weight-gradient operand, a reshape to 2-d).
+bool read_from_memory(const Value* v, int depth = 0) {
   for (const Node* u : v->users()) {
     const OpId op = u->op_id();
-    if (detail::is_matrix_product(op)) return true;
+    if (detail::reads_operands_from_memory(op)) return true;
     const bool view = op == opid::aten_permute_default || op == opid::aten_t_default ||
                       op == opid::aten_transpose_int || op == opid::aten_view_default ||
                       op == opid::aten__unsafe_view_default || op == opid::aten_reshape_default;
     if (view && depth < 4)
       for (const Value* o : u->outputs())
-        if (read_by_a_product(o, depth + 1)) return true;
+        if (read_from_memory(o, depth + 1)) return true;
   }
   return false;
 }
@@ -117,13 +117,15 @@ void apply_realize_rule(LoweringContext& ctx, const Node& node) {
         continue;
       }
     }
-    // A product reads it from memory, and others read it too: realized once, in its own
-    // layout. The product then reads the buffer in place (transposed where it reads a
-    // transposed view) and the other readers load it, where each would otherwise recompute it
-    // from its inputs and the product would realize a copy of its own: OPT's ReLU gradient
-    // was computed three times per layer, once into a transposed copy for the weight gradient.
+    // A product or a convolution reads it from memory, and others read it too: realized once,
+    // in its own layout. The product then reads the buffer in place (transposed where it
+    // reads a transposed view) and the other readers load it, where each would otherwise
+    // recompute it from its inputs and the product would realize a copy of its own: OPT's
+    // ReLU gradient was computed three times per layer, once into a transposed copy for the
+    // weight gradient; ResNet-50's block output, read by the next block's first convolution
+    // and its downsampling one, was stored twice by one kernel.
     if (!is_output && distinct > 1 && !tv.strided && tv.inline_reads > 0 &&
-        ctx.options().inline_pointwise && read_by_a_product(out)) {
+        ctx.options().inline_pointwise && read_from_memory(out)) {
       ctx.realize(tv);
       continue;
     }

@@ -23,27 +23,29 @@
 namespace coil {
 
 // X(identifier, "overload name"): the identifier is the name with '.' spelled '_'.
-#define COIL_KNOWN_OPS(X)                                               \
-  X(aten_copy__default, "aten.copy_.default")                           \
-  X(aten_clone_default, "aten.clone.default")                           \
-  X(aten_mm_default, "aten.mm.default")                                 \
-  X(aten_addmm_default, "aten.addmm.default")                           \
-  X(aten_bmm_default, "aten.bmm.default")                               \
-  X(aten_baddbmm_default, "aten.baddbmm.default")                       \
-  X(aten_permute_default, "aten.permute.default")                       \
-  X(aten_t_default, "aten.t.default")                                   \
-  X(aten_transpose_int, "aten.transpose.int")                           \
-  X(aten_view_default, "aten.view.default")                             \
-  X(aten__unsafe_view_default, "aten._unsafe_view.default")             \
-  X(aten_reshape_default, "aten.reshape.default")                       \
-  X(aten_expand_default, "aten.expand.default")                         \
-  X(aten_unsqueeze_default, "aten.unsqueeze.default")                   \
-  X(aten_squeeze_dim, "aten.squeeze.dim")                               \
-  X(aten_squeeze_dims, "aten.squeeze.dims")                             \
-  X(aten_add_Tensor, "aten.add.Tensor")                                 \
-  X(aten_scatter_value, "aten.scatter.value")                           \
-  X(aten_as_strided_scatter_default, "aten.as_strided_scatter.default") \
-  X(aten__scaled_dot_product_flash_attention_default,                   \
+#define COIL_KNOWN_OPS(X)                                                   \
+  X(aten_copy__default, "aten.copy_.default")                               \
+  X(aten_clone_default, "aten.clone.default")                               \
+  X(aten_mm_default, "aten.mm.default")                                     \
+  X(aten_addmm_default, "aten.addmm.default")                               \
+  X(aten_convolution_default, "aten.convolution.default")                   \
+  X(aten_convolution_backward_default, "aten.convolution_backward.default") \
+  X(aten_bmm_default, "aten.bmm.default")                                   \
+  X(aten_baddbmm_default, "aten.baddbmm.default")                           \
+  X(aten_permute_default, "aten.permute.default")                           \
+  X(aten_t_default, "aten.t.default")                                       \
+  X(aten_transpose_int, "aten.transpose.int")                               \
+  X(aten_view_default, "aten.view.default")                                 \
+  X(aten__unsafe_view_default, "aten._unsafe_view.default")                 \
+  X(aten_reshape_default, "aten.reshape.default")                           \
+  X(aten_expand_default, "aten.expand.default")                             \
+  X(aten_unsqueeze_default, "aten.unsqueeze.default")                       \
+  X(aten_squeeze_dim, "aten.squeeze.dim")                                   \
+  X(aten_squeeze_dims, "aten.squeeze.dims")                                 \
+  X(aten_add_Tensor, "aten.add.Tensor")                                     \
+  X(aten_scatter_value, "aten.scatter.value")                               \
+  X(aten_as_strided_scatter_default, "aten.as_strided_scatter.default")     \
+  X(aten__scaled_dot_product_flash_attention_default,                       \
     "aten._scaled_dot_product_flash_attention.default")
 
 class OpId {

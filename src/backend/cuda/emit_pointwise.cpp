@@ -3,6 +3,7 @@
 #include "kernel_emitter.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -60,8 +61,13 @@ int KernelEmitter::vector_width(size_t inner) {
       if (in.kind == InstrKind::Load && !locals_.count(in.buffer) &&
           stored.count(root(in.buffer)) && forwarded_store(m, in) < 0)
         return 0;
+  // Members loading the same element of the same buffer share one vector load (the emitter
+  // below keys them alike), so such a load counts once toward the bytes a thread holds.
+  std::set<std::string> loaded;
+  int bytes = 0;  // of one element of every distinct vector load and store
   for (const ComputeNode* n : nodes_) {
     Expr var = n->index_vars.at(inner);
+    set_node_names(*n);
     for (const Instr& in : n->body.instrs) {
       if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
           in.kind == InstrKind::Randn)
@@ -71,20 +77,20 @@ int KernelEmitter::vector_width(size_t inner) {
       Expr flat = flat_index(in.buffer, in.index);
       auto s = stride_along(flat, var);
       if (!s || (*s != 0 && *s != 1)) return 0;
-      if (*s == 1) accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      if (*s != 1) continue;
+      accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      if (in.mask >= 0 || loaded.insert(shared_load_key(in.buffer, flat)).second)
+        bytes += dtype_size(buf(in.buffer).dtype);
     }
     if (!locals_.count(n->out)) {
       Expr flat = flat_index(n->out, n->store_index);
       if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
       accesses.push_back({n->out, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      bytes += dtype_size(buf(n->out).dtype);
     }
   }
   if (accesses.empty()) return 0;
-  int bytes = 0;  // of one element of every vector load and store
-  for (auto& [b, start] : accesses) {
-    max_size = std::max(max_size, dtype_size(buf(b).dtype));
-    bytes += dtype_size(buf(b).dtype);
-  }
+  for (auto& [b, start] : accesses) max_size = std::max(max_size, dtype_size(buf(b).dtype));
   // Every vector load is held in registers before the first element is computed, and every
   // store until the last: a depthwise convolution's taps and weights (22 bf16 loads for 3x3,
   // over 100 for 7x7) at 8 elements each spilled to local memory under the 1024-thread launch
@@ -275,6 +281,7 @@ void KernelEmitter::emit_pointwise() {
   line("const " + T + " " + xi + "_0 = " + xi + "_q * " + V + ";");
   // Vector loads of the stride-1 accesses, at inner position xi_0.
   vec_loads_.clear();
+  std::map<std::string, std::string> shared;  // shared_load_key -> the vector holding it
   int nv = 0;
   for (size_t m = 0; m < nodes_.size(); ++m) {
     const ComputeNode& n = *nodes_[m];
@@ -289,7 +296,13 @@ void KernelEmitter::emit_pointwise() {
       }
       Expr flat = flat_index(in.buffer, in.index);
       if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
+      const std::string key = shared_load_key(in.buffer, flat);
+      if (in.mask < 0 && shared.count(key)) {  // another member loaded this element already
+        vec_loads_[{m, static_cast<InstrId>(i)}] = shared.at(key);
+        continue;
+      }
       std::string name = "L" + std::to_string(nv++);
+      if (in.mask < 0) shared[key] = name;
       const std::string E = ctype(buf(in.buffer).dtype);
       const std::string vec_t = "coil::Vec<" + E + ", " + V + ">";
       const std::string load =

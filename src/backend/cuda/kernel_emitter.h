@@ -92,6 +92,9 @@ class KernelEmitter {
   std::vector<size_t> pointwise_order();
   std::optional<int64_t> stride_along(Expr flat, Expr var);
   int vector_width(size_t inner);
+  // The name of the element a load of `b` at `flat` reads, under the current node's names
+  // (set_node_names): two members' loads with one key read the same element.
+  std::string shared_load_key(BufferId b, Expr flat) { return buf(b).name + "@" + idx(flat); }
   int forwarded_store(size_t m, const Instr& load);
   bool mask_invariant(const loop::Body& b, InstrId mask, Expr var);
   std::set<InstrId> mask_chain(const loop::Body& b, InstrId mask);
