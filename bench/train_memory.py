@@ -4,6 +4,7 @@ what was live before the step (parameters, inputs, the optimizer's state).
 
     python bench/train_memory.py --cases resnet50_train,gpt2_train            # on the GPU
     python bench/train_memory.py --cases gpt2_train --size quick --compilers coil,inductor
+    python bench/train_memory.py --dashboard hf_t5 --snapshot 12   # a dashboard model's step
 
 bench/gpu.py reports one peak per step; this splits it, to tell a forward that saves more than
 Inductor's from a backward that holds its inputs longer.
@@ -52,7 +53,7 @@ def live_at_peak(snapshot: dict, top: int) -> list[str]:
 
 
 def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
-            coil_options: dict, snapshot_top: int = 0) -> dict:
+            coil_options: dict, snapshot_top: int = 0, loss_of=None) -> dict:
     torch._dynamo.reset()
     model = copy.deepcopy(master).to(dev.device)
     target = compile_model(compiler, model, coil_options, cache_root)
@@ -62,7 +63,7 @@ def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
     def step():
         opt.zero_grad(set_to_none=True)
         loss = target(*inputs)
-        loss.backward()
+        (loss if loss_of is None else loss_of(loss)).backward()
         opt.step()
 
     for _ in range(3):  # compile, then reach the steady state (optimizer buffers, caches)
@@ -72,6 +73,8 @@ def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     loss = target(*inputs)
+    if loss_of is not None:
+        loss = loss_of(loss)
     torch.cuda.synchronize()
     saved = torch.cuda.memory_allocated() - base
     fw_peak = torch.cuda.max_memory_allocated() - base
@@ -100,20 +103,34 @@ def main(argv=None) -> int:
     p.add_argument("--coil-options", default="", help="k=v,... passed to coil (as bench/gpu.py)")
     p.add_argument("--snapshot", type=int, default=0, metavar="N",
                    help="print the N largest blocks live at the backward's peak")
+    p.add_argument("--dashboard", default="",
+                   help="dashboard models instead of --cases (bench/dashboard_models.py: the "
+                        "GPU batch, float32 with TF32, dropout off, the dashboard's loss)")
     args = p.parse_args(argv)
     dev = Device("cuda")
     cache_root = tempfile.mkdtemp(prefix="coil-train-memory-")
     print("| case | compiler | saved by forward MiB | forward peak MiB | backward peak MiB "
           "| gradients MiB |")
     print("|---|---|---|---|---|---|")
-    for name in args.cases.split(","):
-        case = CASES[name]
-        master, inputs = case.build(args.size)
-        inputs = tuple(x.to(dev.device) for x in inputs)
-        with tf32(case.tf32):
+    for name in (args.dashboard or args.cases).split(","):
+        loss_of = None
+        if args.dashboard:
+            import dashboard
+            import dashboard_models
+
+            built = dashboard_models.get(name).build("cuda", "gpu")
+            master, inputs, use_tf32 = built.model, tuple(built.inputs), True
+            dashboard._no_dropout(master)
+            loss_of = dashboard_models.loss_of
+        else:
+            case = CASES[name]
+            master, inputs = case.build(args.size)
+            inputs = tuple(x.to(dev.device) for x in inputs)
+            use_tf32 = case.tf32
+        with tf32(use_tf32):
             for comp in args.compilers.split(","):
                 r = measure(comp, master, inputs, dev, cache_root,
-                            _parse_options(args.coil_options), args.snapshot)
+                            _parse_options(args.coil_options), args.snapshot, loss_of)
                 label = f"{comp} ({args.coil_options})" if comp == "coil" and args.coil_options \
                     else comp
                 print(f"| {name} | {label} | {r['saved']:.0f} | {r['fw_peak']:.0f} | "
