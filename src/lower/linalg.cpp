@@ -437,11 +437,13 @@ std::vector<TensorValue> lower_convolution(LoweringContext& ctx, const Node& nod
       return {*native};
   }
   ExternNode e = extern_for(ctx, node, ExternKind::Convolution);
-  // The input keeps the graph's layout (channels-last when the front end chose it): cuDNN
-  // then runs without transposing it in and the result back.
+  // The input and the weight keep the graph's layout (channels-last where the front end chose
+  // it, python/coil/layout.py): cuDNN then runs without transposing them in and the result
+  // back. (A weight's channels-last copy is a single-use clone, inline until realized here.)
   const TensorMeta& input_meta = node.arg(0, "input")->value()->meta();
+  const TensorMeta& weight_meta = node.arg(1, "weight")->value()->meta();
   e.inputs = {ctx.as_buffer(ctx.realize_like(cast_value(ctx, input, dt), input_meta)),
-              ctx.as_buffer(cast_value(ctx, weight, dt))};
+              ctx.as_buffer(ctx.realize_like(cast_value(ctx, weight, dt), weight_meta))};
   const bool has_bias = bias != nullptr && bias->is_value();
   const bool bias_pointwise = has_bias && bias_by_coil(ctx, conv_ints(node, 3, rank - 2), rank, dt);
   if (has_bias && !bias_pointwise)
