@@ -172,6 +172,12 @@ def main() -> None:
     print(f"{a.model} {a.mode} {a.compile_mode} on {torch.cuda.get_device_name()}: ms/step "
           + ", ".join(f"{v} {t:.3f}" + (f" ({ref / t:.3f}x Inductor)" if ref else "")
                       for v, t in best.items()))
+    # What coil's captured graphs did on each call (every coil variant's together): a graph
+    # that captured anew or ran ordinarily in the timed steps was launch-bound there.
+    from coil.reduce_overhead import replay_events
+
+    for name, ev in replay_events():
+        print(f"  coil CUDA graph {name}: " + ", ".join(f"{k} {n}" for k, n in sorted(ev.items())))
     # Peak memory of one step above what was live before it (parameters, inputs, the
     # optimizer's state): in training mostly what the forward saves for the backward.
     # (Not under reduce-overhead: a captured graph's memory comes from its pool, allocated at

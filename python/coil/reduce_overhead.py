@@ -45,11 +45,15 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 log = logging.getLogger("coil")
 
-__all__ = ["CapturePool", "PooledReplayer", "static_inputs_of", "user_outputs_of"]
+__all__ = ["CapturePool", "PooledReplayer", "replay_events", "static_inputs_of",
+           "user_outputs_of"]
 
 # Keys seen once (an ordinary call) remembered per graph: a backward whose saved values move
 # every call (its forward ran ordinarily) must not grow this without bound.
 _SEEN_KEYS = 64
+
+# Every PooledReplayer alive, for replay_events (weak: a replayer lives as long as its graph).
+_REPLAYERS: "weakref.WeakSet[PooledReplayer]" = weakref.WeakSet()
 
 STALE = ("coil: this tensor was saved by a compiled forward (mode=\"reduce-overhead\") whose "
          "CUDA graph ran again after its backward; its memory now holds the newer call's values. "
@@ -176,6 +180,13 @@ class CapturePool:
                 c.consumed = True
 
 
+def replay_events() -> list[tuple[str, dict[str, int]]]:
+    """What each live replayer's calls did, by graph name: a step that should replay but
+    captures anew or runs ordinarily ("busy: ...", "cap reached") is launch-bound, and its time
+    exceeds its kernels' (bench/dashboard_kernels.py prints these)."""
+    return sorted((r.name, dict(r.events)) for r in list(_REPLAYERS))
+
+
 class PooledReplayer:
     """Runs `run(inputs, rng_device) -> outputs` (one coil graph on the current stream) as a
     captured CUDA graph in `pool`, per distinct key of sizes and in-place addresses."""
@@ -205,6 +216,7 @@ class PooledReplayer:
         # What each call did ("replay", "capture", "first call of a key", "busy: ...",
         # "cap reached"): for the debug dump and tests.
         self.events: collections.Counter[str] = collections.Counter()
+        _REPLAYERS.add(self)
 
     def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
         self._saved = {}

@@ -320,3 +320,20 @@ def test_modes_end_to_end(mode):
             torch.testing.assert_close(compiled(x), eager(x), rtol=2e-4, atol=2e-4)
     pooled = bool(_replayers())
     assert pooled == (mode in ("reduce-overhead", "max-autotune"))
+
+
+def test_replay_events_name_each_live_replayer():
+    # What bench/dashboard_kernels.py prints after its timed steps: per graph, what its calls
+    # did. A replayer that is gone (its graph freed) is no longer listed.
+    import gc
+
+    from coil.reduce_overhead import CapturePool, PooledReplayer, replay_events
+
+    r = PooledReplayer("events_test_graph", lambda inputs, rng=0: [], CapturePool(), "inference",
+                       frozenset(), None, (), False, 4)
+    r.events["replay"] += 3
+    r.events["busy: a saved value"] += 1
+    assert ("events_test_graph", {"replay": 3, "busy: a saved value": 1}) in replay_events()
+    del r
+    gc.collect()
+    assert all(name != "events_test_graph" for name, _ in replay_events())
