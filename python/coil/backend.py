@@ -495,10 +495,15 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
                 clone.add(v)
             elif kind_ == "view":
                 clone.add(v[0])
+    # Inference outputs as the pool's memory, as Inductor's mode returns them (option
+    # cuda_graph_output_copies off): none copied, each overwritten by a later replay.
+    overwrite = kind == "inference" and not options.cuda_graph_output_copies
+    if overwrite:
+        clone = set()
     random = random_op(gm) is not None
     return lambda run: PooledReplayer(
         name, run, pool, kind, frozenset(in_place), None if clone is None else frozenset(clone),
-        exported.mutated_inputs, random, options.cuda_graph_max_captures, saved_args)
+        exported.mutated_inputs, random, options.cuda_graph_max_captures, saved_args, overwrite)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,11 @@ What keeps a replay equal to an ordinary call:
     them (input mutation) copied back after it.
   * Outputs a caller sees (an inference graph's, the forward's user outputs) are returned as
     copies: they stay valid after the next call. (Inductor's mode returns the pool's tensors
-    and raises when one is read after the next replay overwrote it.) The forward's saved
-    activations and the backward's gradients stay in the pool, returned as aliases.
+    and raises when one is read after the next replay overwrote it; option
+    `cuda_graph_output_copies` off does that for inference graphs: their outputs count as dead
+    at the next replay of any capture that may overwrite them, which marks them stale.) The
+    forward's saved activations and the backward's gradients stay in the pool, returned as
+    aliases.
   * A replay overwrites the pool memory its capture used. So before a replay, the values it
     would overwrite must be dead: the tensors it handed out last time, and those of every
     capture made after it in the same pool (which may sit in memory this one used for
@@ -58,6 +61,9 @@ _REPLAYERS: "weakref.WeakSet[PooledReplayer]" = weakref.WeakSet()
 STALE = ("coil: this tensor was saved by a compiled forward (mode=\"reduce-overhead\") whose "
          "CUDA graph ran again after its backward; its memory now holds the newer call's values. "
          "Run the backward before calling the forward again, or compile without that mode.")
+OVERWRITTEN = ("coil: this tensor is an output of a compiled graph (mode=\"reduce-overhead\", "
+               "option cuda_graph_output_copies off) whose CUDA graph ran again; its memory now "
+               "holds a newer call's values. Clone an output to keep it past the next call.")
 
 
 def _meta(t: torch.Tensor) -> dict:
@@ -76,7 +82,8 @@ class _Capture:
     pool's memory at each replay (a generation): weak references to those storages say whether
     anyone still holds one, and an overwritten generation can be marked stale."""
 
-    def __init__(self, graph, static_inputs, outputs, copied, order, clone, kind, saved_args):
+    def __init__(self, graph, static_inputs, outputs, copied, order, clone, kind, saved_args,
+                 overwrite=False):
         self.graph = graph
         self.static_inputs = static_inputs
         self.outputs = outputs  # the pool's tensors (never handed out themselves)
@@ -93,15 +100,29 @@ class _Capture:
         self.live: list = []  # StorageWeakRef of the last generation's storages
         self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
         self.consumed = False
+        # Outputs handed out as the pool's memory that a replay may overwrite (option
+        # cuda_graph_output_copies off): never busy; the tensors handed out are marked stale
+        # instead (as Inductor marks its own: the mark is on each tensor, not on its memory).
+        self.overwrite = overwrite
 
     def busy(self) -> bool:
-        if self.consumed:
+        if self.consumed or self.overwrite:
             return False
         return any(not w.expired() for w in self.live)
 
+    def mark_stale(self) -> None:
+        """Before a replay that may overwrite this capture's outputs: reading them raises."""
+        if not self.overwrite:
+            return
+        for r in self.handed:
+            t = r()
+            if t is not None:
+                torch._C._set_storage_access_error_msg(t, OVERWRITTEN)
+        self.handed = []
+
     def new_generation(self) -> tuple[list, dict[int, torch.Tensor], list]:
         """(outputs, input copies by position, storage weak refs) for the replay just run."""
-        if self.live and any(not w.expired() for w in self.live):
+        if self.live and any(not w.expired() for w in self.live) and not self.overwrite:
             # Held only by spent autograd contexts (busy() said so): reading them again would
             # give the newer call's numbers, so make it an error instead.
             for r in self.handed:
@@ -147,9 +168,10 @@ class CapturePool:
             self._handle = torch.cuda.graph_pool_handle()
         return self._handle
 
-    def add(self, graph, static_inputs, outputs, copied, clone, kind, saved_args) -> _Capture:
+    def add(self, graph, static_inputs, outputs, copied, clone, kind, saved_args,
+            overwrite=False) -> _Capture:
         c = _Capture(graph, static_inputs, outputs, copied, len(self.captures), clone, kind,
-                     saved_args)
+                     saved_args, overwrite)
         self.captures.append(c)
         return c
 
@@ -160,6 +182,12 @@ class CapturePool:
                 who = "itself" if d is c else f"capture {d.order} ({d.kind})"
                 return f"{who} has live outputs"
         return None
+
+    def before_replay(self, c: _Capture) -> None:
+        """c replays now: overwritable outputs of captures from c on (which may lie in memory c
+        uses) become stale."""
+        for d in self.captures[c.order:]:
+            d.mark_stale()
 
     def handed_out(self, c: _Capture, refs: list) -> None:
         if not c.forward:
@@ -194,7 +222,7 @@ class PooledReplayer:
     def __init__(self, name: str, run: Callable[..., list], pool: CapturePool, kind: str,
                  in_place: frozenset[int], clone_outputs: frozenset[int] | None,
                  mutated: Sequence[int], random: bool, max_captures: int,
-                 saved_args: Sequence[int] = ()):
+                 saved_args: Sequence[int] = (), overwrite_outputs: bool = False):
         self.name = name
         self.run = run
         self.pool = pool
@@ -206,6 +234,9 @@ class PooledReplayer:
         self.max_captures = max_captures
         # Input positions a forward saves for its backward (handed out as the copies).
         self.saved_args = tuple(saved_args)
+        # Outputs handed out as the pool's memory, overwritten by a later replay
+        # (cuda_graph_output_copies off): clone_outputs is then empty.
+        self.overwrite_outputs = overwrite_outputs
         self.captures: dict[tuple, list[_Capture]] = {}
         self.num_captures = 0
         self.seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
@@ -301,7 +332,7 @@ class PooledReplayer:
             torch.cuda.synchronize()
             return None
         c = self.pool.add(graph, static, list(outs), copied, self.clone_outputs, self.kind,
-                          self.saved_args)
+                          self.saved_args, self.overwrite_outputs)
         del outs
         log.debug("coil: %s captured (capture %d of the graph, %d in the pool)", self.name,
                   self.num_captures, len(self.pool.captures))
@@ -310,6 +341,7 @@ class PooledReplayer:
     def _replay(self, c: _Capture, inputs: Sequence[torch.Tensor]) -> list:
         for i in c.copied:
             c.static_inputs[i].copy_(inputs[i])
+        self.pool.before_replay(c)
         c.graph.replay()
         self.replays += 1
         for i in self.mutated:

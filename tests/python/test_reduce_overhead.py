@@ -136,6 +136,32 @@ def test_inference_replays_match_eager_and_outputs_stay_valid(dtype):
     assert not r.disabled and r.num_captures == 1 and r.replays >= 8, _states()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_output_copies_off_hands_out_the_pools_memory_and_marks_it_stale():
+    # Option cuda_graph_output_copies off: Inductor's contract. The outputs are the pool's
+    # memory (one address from replay to replay, no copy), right until the next replay, after
+    # which reading one raises instead of giving the newer call's numbers.
+    _fresh()
+    model = _mlp().eval()
+    compiled = torch.compile(model, backend="coil", options={
+        "reduce_overhead": True, "cuda_graph_output_copies": False})
+    ptrs = []
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(8, 64, device="cuda")
+            got = compiled(x)
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+            ptrs.append(got.data_ptr())
+        old = got
+        compiled(torch.randn(8, 64, device="cuda"))
+        with pytest.raises(RuntimeError, match="cuda_graph_output_copies"):
+            old.clone()
+    assert ptrs[-1] == ptrs[-2] == ptrs[-3], ptrs  # replays: the pool's own output
+    (r,) = _replayers()
+    assert r.replays >= 3 and not any(k.startswith("busy") for k in r.events), _states()
+
+
 def _train_pair(model, opt_kwargs=None):
     eager = model
     mine = copy.deepcopy(model)
