@@ -362,13 +362,14 @@ def _relayout(gm: fx.GraphModule, example_inputs: Sequence[Any], options: CoilOp
     graphs of training, whose saved activations travel channels-last, on any device."""
     if not options.channels_last:
         return ""
+    weights = options.channels_last_weights
     if kind == "inference":
-        return channels_last_convolutions(gm)
+        return channels_last_convolutions(gm, weights=weights)
     if kind == "forward":
         seen = forward_outputs_seen()
         if seen is None:
             return ""
-        note = channels_last_convolutions(gm, keep_outputs=seen)
+        note = channels_last_convolutions(gm, keep_outputs=seen, weights=weights)
         if note:
             report_output_strides(gm)
         return note

@@ -112,7 +112,9 @@ def _conv_weights(g: fx.Graph) -> list[tuple[fx.Node, int]]:
     several input channels per group and a kernel wider than 1x1, not channels-last. Next to an
     NHWC input cuDNN transposes such a weight inside the call, every call (ResNet-50 inference:
     17 transposes, 94 us of a 2.0 ms step on the H200); as a copy in the graph it is one of
-    coil's own kernels instead (Inductor copies its weights likewise). 1x1 and depthwise
+    coil's own kernels instead (Inductor copies its weights likewise; coil's copies measured
+    slower, 0.78 -> 1.40 ms of generated kernels in that step: a transpose whose inner dims are
+    C and 3 gets a 64x64 tile of which 3 columns are used). 1x1 and depthwise
     weights are the same bytes in either layout; the CPU's oneDNN reorders weights to its own
     blocked layout in any case."""
     found = []
@@ -143,7 +145,8 @@ def _restride_inputs(gm: fx.GraphModule, input_strides: Sequence) -> dict[fx.Nod
 
 
 def channels_last_convolutions(gm: fx.GraphModule, *, keep_outputs: int | None = None,
-                               input_strides: Sequence | None = None) -> str:
+                               input_strides: Sequence | None = None,
+                               weights: bool = False) -> str:
     """Rewrites `gm` (an ATen graph with FakeTensor metas) in place; returns a one-line note of
     what it did, '' when it changed nothing.
 
@@ -152,6 +155,8 @@ def channels_last_convolutions(gm: fx.GraphModule, *, keep_outputs: int | None =
       outputs keep their strides.
     input_strides: the example inputs the graph will really be called with (a backward graph
       whose saved activations a forward graph's pass made channels-last); None: as traced.
+    weights: also copy CUDA weights cuDNN would transpose (_conv_weights; option
+      channels_last_weights, off: measured slower with coil's copy kernels).
     """
     g = gm.graph
     if any(_val(n) is not None and not _static(_val(n)) for n in g.nodes):
@@ -169,7 +174,7 @@ def channels_last_convolutions(gm: fx.GraphModule, *, keep_outputs: int | None =
     operands = _conv_operands(g)
     if not operands and not restrided:
         return ""
-    weights = _conv_weights(g)
+    weights = _conv_weights(g) if weights else []
 
     # 1. Every 4-d activation a convolution reads that is not channels-last gets a
     #    channels-last copy, and so does a CUDA weight cuDNN would transpose (_conv_weights).

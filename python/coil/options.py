@@ -82,6 +82,7 @@ def _compile_option_fields() -> dict[str, type]:
     return {k: types[v] for k, v in _coil.option_fields().items()}
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
+                                         "channels_last_weights": bool,
                                          "cuda_graphs": bool, "cse": bool, "recompute": bool,
                                          "views_in_backward": bool,
                                          "recompute_pointwise": bool,
@@ -128,6 +129,12 @@ class CoilOptions:
     # Graphs with convolutions run their activations channels-last (layout.py): inference and
     # training graphs, on every device.
     channels_last: bool = True
+    # And CUDA convolution weights that cuDNN would transpose inside each call are copied
+    # channels-last in the graph (layout.py: _conv_weights). Off: coil's copies of [K, C, 3, 3]
+    # weights (a transpose whose inner dims are C and 3) ran slower than cuDNN's own transposes
+    # (H200, ResNet-50 inference: generated kernels 0.78 -> 1.40 ms a step, cuDNN's 17
+    # transposes took 0.085 ms).
+    channels_last_weights: bool = False
     # Identical nodes of each graph are merged (the C++ cse pass, src/passes/cse.cpp).
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).

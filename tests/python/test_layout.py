@@ -119,6 +119,30 @@ def test_graphs_without_convolutions_are_untouched():
 def test_option_parses():
     assert build_options({}).channels_last is True
     assert build_options({"channels_last": False}).channels_last is False
+    assert build_options({}).channels_last_weights is False
+    assert build_options({"channels_last_weights": True}).channels_last_weights is True
+
+
+def test_weight_copies_are_for_cuda_weights_only(tmp_path):
+    # With weights=True the pass copies only the CUDA weights cuDNN would transpose; the CPU's
+    # oneDNN reorders weights to its own layout in any case, so a CPU graph is as without it.
+    model = _model()
+    x = torch.randn(2, 3, 20, 20)
+    notes = []
+
+    def backend(gm, example_inputs):
+        def inference(g, ex):
+            notes.append(channels_last_convolutions(g, weights=True))
+            return g
+
+        return aot_module_simplified(gm, example_inputs, fw_compiler=inference,
+                                     inference_compiler=inference,
+                                     decompositions=coil_decompositions())
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(x)
+    assert notes and "weight(s) copied" not in notes[0], notes
 
 
 @pytest.mark.gpu
@@ -139,9 +163,8 @@ def test_cuda_inference_graph_runs_channels_last(tmp_path, dtype):
         assert g.stride() == w.stride()
     notes = "".join(p.read_text() for p in tmp_path.glob("*/00_passes.txt"))
     assert "channels-last activations for 5 convolution operand(s)" in notes
-    # The stem's and the blocks' 3x3 weights are copied channels-last in the graph (cuDNN would
-    # transpose them inside each call); the 1x1 weights are the same bytes either way.
-    assert "3 weight(s) copied channels-last" in notes, notes
+    # Weights stay as they are unless option channels_last_weights asks (cuDNN transposes them).
+    assert "weight(s) copied" not in notes, notes
 
 
 def test_backend_applies_it_to_cpu_inference_and_training_graphs(tmp_path):
