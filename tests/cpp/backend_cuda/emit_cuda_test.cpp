@@ -294,6 +294,16 @@ TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
       "  %1: f32[64, 70]@cuda = aten.mul.Tensor(%0, 2)\n"
       "  return (%1)\n");
   EXPECT_EQ(plain.kernels[0].tile, 0);
+  // A transpose one of whose tiled dims is narrow (a 3x3 weight copied channels-last: its 32
+  // channels against the 3 columns) keeps the untiled entries: a tile would be mostly empty.
+  CudaSource narrow = emit_graph(
+      "graph(%0: bf16[64, 32, 3, 3]@cuda):\n"
+      "  %1: bf16[64, 32, 3, 3]{288, 1, 96, 32}@cuda = aten.clone.default(%0, "
+      "memory_format=\"torch.channels_last\")\n"
+      "  return (%1)\n");
+  ASSERT_EQ(narrow.kernels.size(), 1u);
+  EXPECT_EQ(narrow.kernels[0].tile, 0);
+  EXPECT_EQ(backend::cuda::entry_name(narrow.kernels[0], 2), "");
 }
 
 // Reductions over the rows of a row-major matrix (bias gradients, LayerNorm-weight gradients,
