@@ -106,6 +106,13 @@ void KernelEmitter::emit_pointwise_tiled(const std::vector<size_t>& order) {
   for (const Tile& t : tiles)
     if (t.size > 2) edge = kWarp;
   info_.tile = edge;
+  {
+    auto ea = ctx_.as_const(k_.outer_ranges[inner]), eb = ctx_.as_const(k_.outer_ranges[other]);
+    if (ea && eb) {
+      const int64_t slots = (*ea + edge - 1) / edge * edge * ((*eb + edge - 1) / edge * edge);
+      info_.tile_fill = static_cast<double>(*ea * *eb) / static_cast<double>(slots);
+    }
+  }
 
   const std::string T = idx_t_;
   const std::string xa = "x" + std::to_string(inner), xb = "x" + std::to_string(other);

@@ -1,6 +1,7 @@
 #include "coil/backend/cuda/launch.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace coil::backend::cuda {
 
@@ -8,6 +9,12 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 unsigned clamp_grid(int64_t blocks, int64_t limit) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, limit)));
+}
+
+// The tiles of a tiled kernel over `work` elements: one block each (edge tiles count whole).
+int64_t tiles_of(const CudaKernel& k, int64_t work) {
+  const double full = static_cast<double>(ceil_div(work, int64_t{k.tile} * k.tile));
+  return static_cast<int64_t>(std::ceil(full / std::max(k.tile_fill, 1e-3)));
 }
 
 // The column entry point (_c, entry 4): C rows per block-row of threads, the block's
@@ -60,7 +67,7 @@ LaunchConfig choose_launch(const CudaKernel& k, int64_t work, int64_t row_size, 
       // One tile per block and iteration.
       c.entry = 2;
       c.block = kTiledBlock;
-      c.grid = clamp_grid(ceil_div(work, int64_t{k.tile} * k.tile), sms * 16);
+      c.grid = clamp_grid(tiles_of(k, work), sms * 16);
       return c;
     }
     int64_t threads = work;
@@ -117,7 +124,7 @@ std::vector<LaunchConfig> launch_candidates(const CudaKernel& k, int64_t work, i
       // The tiled entry's block is fixed; its grid cap, and the untiled scalar entry (better
       // where the transposed input is small next to the rest), are measured.
       for (int64_t cap : {int64_t{8}, int64_t{32}, int64_t{1} << 20})
-        add({2, clamp_grid(ceil_div(work, int64_t{k.tile} * k.tile), sms * cap), kTiledBlock});
+        add({2, clamp_grid(tiles_of(k, work), sms * cap), kTiledBlock});
       CudaKernel untiled = k;
       untiled.tile = 0;
       for (const LaunchConfig& c : launch_candidates(untiled, work, row_size, aligned, dev)) add(c);

@@ -274,6 +274,9 @@ TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
   auto c = backend::cuda::choose_launch(k, 8 * 12 * 64 * 70, 1, true, dev);
   EXPECT_EQ(c.entry, 2);
   EXPECT_EQ(c.block, backend::cuda::kTiledBlock);
+  // A block per tile: 8 x 12 planes of 2 x 1 tiles (70 columns take two 64-wide tiles), where
+  // the elements alone would fill 105 tiles.
+  EXPECT_EQ(c.grid, 192u);
   // Measured candidates include the untiled scalar entry point.
   bool scalar = false;
   for (const auto& cand : backend::cuda::launch_candidates(k, 1 << 22, 1, true, dev))

@@ -53,6 +53,10 @@ struct CudaKernel {
   // Pointwise: the edge of the tiled entry point's square tiles (32 or 64), 0 where there is
   // no <name>_t (only when an input is read transposed; 256-thread blocks; emit_tiled.cpp).
   int tile = 0;
+  // Pointwise with a tiled entry: the share of its tiles' slots that hold elements (1 where
+  // the tiled dims' extents are symbolic). The launch sizes the grid by tiles, not elements: a
+  // [8, 12, 64, 70] head merge has 192 tiles of 64 x 64 for 105 tiles' worth of elements.
+  double tile_fill = 1.0;
   // Rows: columns per warp of the column entry point <name>_c (0: none), for kernels that
   // read across rows (a sum over the rows of a row-major matrix): the threads of a warp take
   // `column` adjacent rows, so a warp's load is whole sectors (emit_rows.cpp).
