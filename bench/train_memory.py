@@ -29,9 +29,9 @@ from gpu_models import CASES  # noqa: E402
 MIB = 1 << 20
 
 
-def live_at_peak(snapshot: dict, top: int) -> list[str]:
-    """The largest blocks live when the recorded trace reached its peak, with where each was
-    allocated (the innermost Python frames)."""
+def live_at_peak(snapshot: dict, top: int, at_end: bool = False) -> list[str]:
+    """The largest blocks live when the recorded trace reached its peak (at_end: when it
+    ended), with where each was allocated (the innermost Python frames)."""
     events = [e for dev in snapshot["device_traces"] for e in dev]
     live: dict[int, dict] = {}
     total = peak = 0
@@ -44,7 +44,15 @@ def live_at_peak(snapshot: dict, top: int) -> list[str]:
                 peak, peak_live = total, list(live.values())
         elif e["action"] == "free_requested" and e["addr"] in live:
             total -= live.pop(e["addr"])["size"]
-    lines = [f"peak {peak / MIB:.0f} MiB above the trace's start, {len(peak_live)} blocks"]
+    if at_end:
+        peak, peak_live = total, list(live.values())
+    what = "at the trace's end" if at_end else "peak"
+    lines = [f"{what} {peak / MIB:.0f} MiB above the trace's start, {len(peak_live)} blocks"]
+    by_size: dict[int, int] = {}
+    for e in peak_live:
+        by_size[e["size"]] = by_size.get(e["size"], 0) + 1
+    lines.append("  by size: " + ", ".join(
+        f"{s / MIB:.1f} MiB x{n}" for s, n in sorted(by_size.items(), key=lambda kv: -kv[0] * kv[1])[:8]))
     for e in sorted(peak_live, key=lambda e: -e["size"])[:top]:
         frames = [f"{f['filename'].split('/')[-1]}:{f['line']} {f['name']}"
                   for f in e.get("frames", []) if f["filename"].endswith(".py")][:3]
@@ -72,10 +80,17 @@ def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
     opt.zero_grad(set_to_none=True)
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    if snapshot_top:
+        torch.cuda.memory._record_memory_history(max_entries=200000)
     loss = target(*inputs)
     if loss_of is not None:
         loss = loss_of(loss)
     torch.cuda.synchronize()
+    if snapshot_top:  # what the forward left alive: its outputs and saved values
+        print(f"{compiler} forward:")
+        for line in live_at_peak(torch.cuda.memory._snapshot(), snapshot_top, at_end=True):
+            print(line)
+        torch.cuda.memory._record_memory_history(enabled=None)
     saved = torch.cuda.memory_allocated() - base
     fw_peak = torch.cuda.max_memory_allocated() - base
     torch.cuda.reset_peak_memory_stats()
@@ -84,6 +99,7 @@ def measure(compiler: str, master, inputs, dev: Device, cache_root: str,
     loss.backward()
     torch.cuda.synchronize()
     if snapshot_top:
+        print(f"{compiler} backward:")
         for line in live_at_peak(torch.cuda.memory._snapshot(), snapshot_top):
             print(line)
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -102,7 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("--size", default="full", choices=["full", "quick"])
     p.add_argument("--coil-options", default="", help="k=v,... passed to coil (as bench/gpu.py)")
     p.add_argument("--snapshot", type=int, default=0, metavar="N",
-                   help="print the N largest blocks live at the backward's peak")
+                   help="print the N largest blocks live at the forward's end and at the "
+                        "backward's peak")
     p.add_argument("--dashboard", default="",
                    help="dashboard models instead of --cases (bench/dashboard_models.py: the "
                         "GPU batch, float32 with TF32, dropout off, the dashboard's loss)")
