@@ -11,7 +11,8 @@ Each (model, mode) runs in a subprocess of its own with a time limit, so a crash
 costs one row. On a machine with several GPUs, --gpus N runs N rows at once, each child on a GPU
 of its own (CUDA_VISIBLE_DEVICES) and pinned to its own slice of the cores, so that one row's
 compilation does not take the host time another row's timed launches need; such rows name
-"N rows at once" in their machine line, and the summary lists them apart. Rows are appended to --out (JSON lines) as they finish; a second run skips the
+"N rows at once" in their machine line, and the summary lists them apart. Rows are appended to
+--out (JSON lines) as they finish; a second run skips the
 (model, mode, device) rows already there unless --fresh, so a long run can be done in slices
 (--suite, --models, --mode) and resumed. The summary (and --write) is made from the file.
 

@@ -112,9 +112,9 @@ def _conv_weights(g: fx.Graph) -> list[tuple[fx.Node, int]]:
     several input channels per group and a kernel wider than 1x1, not channels-last. Next to an
     NHWC input cuDNN transposes such a weight inside the call, every call (ResNet-50 inference:
     17 transposes, 94 us of a 2.0 ms step on the H200); as a copy in the graph it is one of
-    coil's own kernels instead (Inductor copies its weights likewise; coil's copies measured
-    slower, 0.78 -> 1.40 ms of generated kernels in that step: a transpose whose inner dims are
-    C and 3 gets a 64x64 tile of which 3 columns are used). 1x1 and depthwise
+    coil's own kernels instead (Inductor copies its weights likewise). Measured slower so far
+    (0.78 -> 1.40 ms of generated kernels in that step, when such a transpose still took
+    mostly empty 64x64 tiles; docs/decisions.md), hence the option. 1x1 and depthwise
     weights are the same bytes in either layout; the CPU's oneDNN reorders weights to its own
     blocked layout in any case."""
     found = []

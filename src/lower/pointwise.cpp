@@ -165,6 +165,15 @@ void merge_buffers(std::optional<std::vector<loop::BufferId>>& into,
   for (loop::BufferId b : *from)
     if (std::find(into->begin(), into->end(), b) == into->end()) into->push_back(b);
 }
+// `tv` with what its operands' summary says of its loads (the realize rule's inputs).
+TensorValue with_reads(TensorValue tv, std::optional<std::vector<loop::BufferId>> full_reads,
+                       std::optional<std::vector<loop::BufferId>> read_buffers, int reuse_cost) {
+  tv.full_read_buffers = std::move(full_reads);
+  tv.read_buffers = std::move(read_buffers);
+  tv.reuse_cost = reuse_cost;
+  return tv;
+}
+
 // An operand broadcast along some dim of the result (a per-row scale, a [rows, 1] target) is
 // one value per many elements: its chain counts as a load towards the result's cost, so that a
 // cheap per-element value over per-row inputs (nll_loss's scaled one-hot) stays inline for its
@@ -202,11 +211,8 @@ TensorValue make_pointwise(LoweringContext& lc, std::vector<Operand> ops, DType 
     for (const Operand& o : ops) x.push_back(load_operand(b, c, o, compute, index));
     return b.cast(fn(b, x), result_compute);
   };
-  TensorValue tv = lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads);
-  tv.full_read_buffers = std::move(full_reads);
-  tv.read_buffers = std::move(read_buffers);
-  tv.reuse_cost = reuse_cost;
-  return tv;
+  return with_reads(lc.pointwise(out_dtype, std::move(sizes), std::move(load), total_cost, reads),
+                    std::move(full_reads), std::move(read_buffers), reuse_cost);
 }
 
 // ---- registration helpers
@@ -372,11 +378,8 @@ TensorValue mixed_pointwise(LoweringContext& lc, std::vector<Operand> ops,
     }
     return b.cast(fn(b, x), rc);
   };
-  TensorValue tv = lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads);
-  tv.full_read_buffers = std::move(full_reads);
-  tv.read_buffers = std::move(read_buffers);
-  tv.reuse_cost = reuse_cost;
-  return tv;
+  return with_reads(lc.pointwise(out, std::move(sizes), std::move(load), total_cost, reads),
+                    std::move(full_reads), std::move(read_buffers), reuse_cost);
 }
 
 std::optional<DType> dtype_kwarg(const Node& n, size_t pos, std::string_view name) {
