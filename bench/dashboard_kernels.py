@@ -110,6 +110,48 @@ def coil_kernel_bytes(debug_dir: str) -> dict[str, int]:
     return out
 
 
+def print_host_profiles(steps: dict, top: int) -> None:
+    """Where each variant's host time goes: a step whose time exceeds its kernels' is waiting
+    for the host somewhere, and the functions with the most own time say where."""
+    import cProfile
+    import pstats
+
+    for v, s in steps.items():
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        for _ in range(10):
+            s()
+        prof.disable()
+        host = (time.perf_counter() - t) / 10 * 1e3
+        torch.cuda.synchronize()
+        st = pstats.Stats(prof)
+        print(f"== {v}: host ms/step under cProfile {host:.3f} (kernels still queued after it "
+              f"are not counted); own time per step:")
+        rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+        for (file, line, fn), (_cc, calls, tottime, cumtime, _) in rows:
+            print(f"   {tottime / 10 * 1e3:7.3f} ms own, {cumtime / 10 * 1e3:7.3f} cum, "
+                  f"{calls // 10:5d} calls/step  {os.path.basename(file)}:{line} {fn}")
+
+
+def device_activity(prof, steps: int) -> tuple[float, float, float]:
+    """(kernels per step, ms per step some kernel ran, ms per step from the first kernel's start
+    to the last one's end). Busy below the span is time the GPU idled: between the kernels of a
+    replayed graph (a launch gap per dependent kernel) or waiting for the host."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > 0)
+    if not spans:
+        return 0.0, 0.0, 0.0
+    busy, end = 0.0, spans[0][0]
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    whole = spans[-1][1] - spans[0][0]
+    return len(spans) / steps, busy / steps / 1e3, whole / steps / 1e3
+
+
 def kernel_base(name: str) -> str:
     for suffix in sorted(_ENTRY_SUFFIXES, key=len, reverse=True):
         if name.endswith(suffix):
@@ -127,6 +169,9 @@ def main() -> None:
     ap.add_argument("--coil-b-options", default="", help="k=v,... for coil_b")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--top", type=int, default=22)
+    ap.add_argument("--host-profile", type=int, default=0, metavar="N",
+                    help="also print the N Python functions with the most own host time "
+                         "over 10 steps of each variant (cProfile)")
     a = ap.parse_args()
     compile_mode = None if a.compile_mode == "default" else a.compile_mode
 
@@ -194,6 +239,8 @@ def main() -> None:
         print("peak MiB above the step's start: "
               + ", ".join(f"{v} {m:.0f}" for v, m in peaks.items()))
     print_cudnn_choices()
+    if a.host_profile:
+        print_host_profiles(steps, a.host_profile)
     if a.no_profile:
         return
     from torch.profiler import ProfilerActivity, profile
@@ -210,6 +257,7 @@ def main() -> None:
             torch.cuda.synchronize()
         kinds: dict[str, float] = {}
         kernels = []
+        launches, busy, span = device_activity(prof, n)
         for e in prof.key_averages():
             t = e.self_device_time_total / n / 1e3
             if t <= 0:
@@ -218,6 +266,8 @@ def main() -> None:
             kernels.append((t, e.count // n, e.key[:110]))
         print(f"== {v}: kernel ms/step {sum(kinds.values()):.3f}: " + ", ".join(
             f"{k} {t:.3f}" for k, t in sorted(kinds.items(), key=lambda x: -x[1])))
+        print(f"   {launches:.0f} kernels/step; the GPU busy {busy:.3f} of {span:.3f} ms/step "
+              f"between the first kernel and the last")
         for t, count, name in sorted(kernels, reverse=True)[:a.top]:
             moved = traffic.get(kernel_base(name)) if v.startswith("coil") else None
             rate = f"  {count * moved / (t * 1e-3) / 1e9:6.0f} GB/s" if moved else ""

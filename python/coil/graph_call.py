@@ -70,6 +70,9 @@ class ExportedGraph:
     # id(view chain) -> its ops with their arguments rebuilt once (_static_view_steps), or None
     # where an argument depends on the call (a symbolic size).
     view_plans: dict = dataclasses.field(default_factory=dict)
+    # Per FX output: the coil output returned as it is, or None where rebuild_output builds it
+    # (computed at the first call).
+    plain_outputs: list | None = None
 
     def runtime_inputs(self, args: Sequence[Any]) -> tuple[list, dict[str, int] | None]:
         """One call's inputs of the compiled graph (the tensor args, the graph's constants and,
@@ -102,8 +105,15 @@ class ExportedGraph:
 
     def rebuild_outputs(self, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
                         env: dict[str, int] | None = None) -> list:
-        return [self.rebuild_output(p, coil_outs, args, env)
-                for p in range(len(self.output_spec))]
+        # Most outputs are coil outputs as they are: picked without a call each (a training
+        # step's graphs return hundreds, and this runs at every call).
+        plain = self.plain_outputs
+        if plain is None:
+            plain = [v if kind == "tensor" and v not in self.gapped_outputs else None
+                     for kind, v in self.output_spec]
+            self.plain_outputs = plain
+        return [coil_outs[v] if v is not None else self.rebuild_output(p, coil_outs, args, env)
+                for p, v in enumerate(plain)]
 
     def rebuild_output(self, p: int, coil_outs: Sequence[torch.Tensor], args: Sequence[Any],
                        env: dict[str, int] | None = None) -> Any:

@@ -130,11 +130,11 @@ class CoilOptions:
     # training graphs, on every device.
     channels_last: bool = True
     # And CUDA convolution weights that cuDNN would transpose inside each call are copied
-    # channels-last in the graph (layout.py: _conv_weights). Off: coil's copies of [K, C, 3, 3]
-    # weights (a transpose whose inner dims are C and 3) ran slower than cuDNN's own transposes
-    # (H200, ResNet-50 inference: generated kernels 0.78 -> 1.40 ms a step, cuDNN's 17
-    # transposes took 0.085 ms).
-    channels_last_weights: bool = False
+    # channels-last in the graph (layout.py: _conv_weights), as Inductor does. H200, ResNet-50
+    # inference in mode reduce-overhead: kernels 1.770 -> 1.729 ms a step (cuDNN's 17
+    # transposes, 0.094 ms, replaced by copies taking 0.054 ms); training steps unchanged
+    # within noise (docs/decisions.md).
+    channels_last_weights: bool = True
     # Identical nodes of each graph are merged (the C++ cse pass, src/passes/cse.cpp).
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).

@@ -20,12 +20,16 @@ What keeps a replay equal to an ordinary call:
   * A replay overwrites the pool memory its capture used. So before a replay, the values it
     would overwrite must be dead: the tensors it handed out last time, and those of every
     capture made after it in the same pool (which may sit in memory this one used for
-    temporaries). Each replay hands its outputs out on new storage objects, and weak
-    references to those say whether anyone still holds one. A forward's saved values count
+    temporaries). Each replay hands its outputs out on one new storage object over the
+    pool's memory, and a weak reference to it says whether anyone still holds one. A forward's saved values count
     as dead once its backward ran (the spent autograd context may still reference them until
     the loss is dropped; they are then marked so that reading them raises). Where some are
     alive (a second forward before the first one's backward, a gradient the optimizer kept),
     another capture is made, which the allocator keeps clear of them.
+  * Host work. A training step passes hundreds of parameters and saved values and hands out
+    as many outputs; where kernels are short the host's work per replay sets the step time.
+    In-place inputs are matched by address in one call, the other inputs by size and layout,
+    and each output costs one tensor construction.
   * Sizes. Each distinct set of input sizes (and symbol values) gets its own capture, the
     first call of each running ordinarily (it tunes the launches); past
     `cuda_graph_max_captures` captures per graph, calls run ordinarily.
@@ -38,6 +42,7 @@ What keeps a replay equal to an ordinary call:
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import weakref
 from typing import Any, Callable, Sequence
@@ -50,6 +55,10 @@ log = logging.getLogger("coil")
 
 __all__ = ["CapturePool", "PooledReplayer", "replay_events", "static_inputs_of",
            "user_outputs_of"]
+
+# Compares the addresses of many tensors in one call (CUDA builds of PyTorch; Inductor's
+# CUDA graphs use it the same way).
+_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 # Keys seen once (an ordinary call) remembered per graph: a backward whose saved values move
 # every call (its forward ran ordinarily) must not grow this without bound.
@@ -66,21 +75,37 @@ OVERWRITTEN = ("coil: this tensor is an output of a compiled graph (mode=\"reduc
                "holds a newer call's values. Clone an output to keep it past the next call.")
 
 
-def _meta(t: torch.Tensor) -> dict:
-    """What _construct_CUDA_Tensor_From_Storage_And_Metadata needs to rebuild t on a fresh
-    storage object over the same memory."""
-    s = t.untyped_storage()
-    return {"nbytes": s.nbytes(), "data_ptr": s.data_ptr(), "size": t.shape,
-            "stride": t.stride(), "dtype": t.dtype, "device": t.device,
-            "storage_offset": t.storage_offset()}
+def _span_metas(tensors: dict[int, torch.Tensor]) -> tuple[int, int, dict[int, dict]]:
+    """(first address, bytes, metadata by key) to rebuild `tensors` on one storage object over
+    the memory from the lowest of their storages to the end of the highest (the pool's
+    memory and the capture's input buffers): what _construct_CUDA_Tensor_From_Storage_And_
+    Metadata needs, each storage offset counted from that first address."""
+    if not tensors:
+        return 0, 0, {}
+    starts = {k: t.untyped_storage().data_ptr() for k, t in tensors.items()}
+    lo = min(starts.values())
+    hi = max(starts[k] + t.untyped_storage().nbytes() for k, t in tensors.items())
+    metas = {}
+    for k, t in tensors.items():
+        gap = starts[k] - lo
+        if gap % t.element_size():  # never for the allocator's aligned blocks
+            raise ValueError("a captured tensor is not aligned to its element size")
+        metas[k] = {"nbytes": hi - lo, "data_ptr": lo, "size": t.shape, "stride": t.stride(),
+                    "dtype": t.dtype, "device": t.device,
+                    "storage_offset": gap // t.element_size() + t.storage_offset()}
+    return lo, hi - lo, metas
 
 
 class _Capture:
     """One captured call: its CUDA graph, its input buffers and its outputs in the pool.
 
-    Outputs that are not copied are handed out as new tensors on new storage objects over the
-    pool's memory at each replay (a generation): weak references to those storages say whether
-    anyone still holds one, and an overwritten generation can be marked stale."""
+    Outputs that are not copied are handed out at each replay (a generation) as new tensors
+    over the pool's memory, all on one new storage object: a weak reference to it says
+    whether anyone still holds any of them (a generation is alive while one of its tensors
+    is), and an overwritten generation can be marked stale. One storage rather than one per
+    tensor keeps a replay's host work to one tensor construction per output: a training step
+    hands out hundreds (saved activations, gradients), and that host work decides the step
+    time of a model whose kernels are short."""
 
     def __init__(self, graph, static_inputs, outputs, copied, order, clone, kind, saved_args,
                  overwrite=False):
@@ -88,16 +113,24 @@ class _Capture:
         self.static_inputs = static_inputs
         self.outputs = outputs  # the pool's tensors (never handed out themselves)
         self.copied = copied  # input positions copied in before each replay
+        self.copied_list = sorted(copied)
         self.order = order  # position in the pool's capture order
         # A forward's outputs past the user's are consumed by its backward: once it ran, the
         # autograd context that still references them is spent.
         self.kind = kind
         self.forward = kind == "forward"
-        self.out_meta = {j: _meta(t) for j, t in enumerate(outputs)
-                         if clone is not None and j not in clone}
-        # The input copies a forward hands its backward (inputs it saves for it).
-        self.in_meta = {i: _meta(static_inputs[i]) for i in copied & set(saved_args)}
-        self.live: list = []  # StorageWeakRef of the last generation's storages
+        # Handed out as aliases: outputs not cloned ("o", j) and the input copies a forward
+        # hands its backward (inputs it saves for it, ("i", i)).
+        aliased = {("o", j): t for j, t in enumerate(outputs)
+                   if clone is not None and j not in clone}
+        aliased.update({("i", i): static_inputs[i] for i in sorted(copied & set(saved_args))})
+        self.span_ptr, self.span_bytes, metas = _span_metas(aliased)
+        self.device = outputs[0].device if outputs else None
+        # Per output: its metadata on the generation's storage, or None (returned as a clone).
+        self.out_meta = [metas.get(("o", j)) for j in range(len(outputs))]
+        self.in_meta = {k[1]: m for k, m in metas.items() if k[0] == "i"}
+        self.addresses: list[int | None] = []  # in-place inputs' addresses at capture
+        self.live: StorageWeakRef | None = None  # the last generation's storage
         self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
         self.consumed = False
         # Outputs handed out as the pool's memory that a replay may overwrite (option
@@ -105,51 +138,53 @@ class _Capture:
         # instead (as Inductor marks its own: the mark is on each tensor, not on its memory).
         self.overwrite = overwrite
 
-    def busy(self) -> bool:
-        if self.consumed or self.overwrite:
-            return False
-        return any(not w.expired() for w in self.live)
+    def same_addresses(self, inputs: Sequence[torch.Tensor], positions: list[int]) -> bool:
+        """Whether the inputs read in place (`positions`) are where they were at capture."""
+        if _ptrs_equal is not None:
+            return _ptrs_equal(inputs, self.addresses, positions)
+        return all(inputs[i].data_ptr() == self.addresses[i] for i in positions)
 
-    def mark_stale(self) -> None:
-        """Before a replay that may overwrite this capture's outputs: reading them raises."""
-        if not self.overwrite:
-            return
+    def busy(self) -> bool:
+        if self.consumed or self.overwrite or self.live is None:
+            return False
+        return not self.live.expired()
+
+    def _mark_handed(self, msg: str) -> None:
+        # The mark is on the storage, which every tensor of the generation shares: one live
+        # tensor carries it to all.
         for r in self.handed:
             t = r()
             if t is not None:
-                torch._C._set_storage_access_error_msg(t, OVERWRITTEN)
+                torch._C._set_storage_access_error_msg(t, msg)
+                break
         self.handed = []
 
-    def new_generation(self) -> tuple[list, dict[int, torch.Tensor], list]:
-        """(outputs, input copies by position, storage weak refs) for the replay just run."""
-        if self.live and any(not w.expired() for w in self.live) and not self.overwrite:
+    def mark_stale(self) -> None:
+        """Before a replay that may overwrite this capture's outputs: reading them raises."""
+        if self.overwrite:
+            self._mark_handed(OVERWRITTEN)
+
+    def new_generation(self) -> tuple[list, dict[int, torch.Tensor], StorageWeakRef | None]:
+        """(outputs, input copies by position, the generation's storage) for the replay just
+        run."""
+        if self.live is not None and not self.live.expired() and not self.overwrite:
             # Held only by spent autograd contexts (busy() said so): reading them again would
             # give the newer call's numbers, so make it an error instead.
-            for r in self.handed:
-                t = r()
-                if t is not None:
-                    torch._C._set_storage_access_error_msg(t, STALE)
-        storages: dict[int, Any] = {}
-
-        def rebuild(m):
-            s = storages.get(m["data_ptr"])
-            if s is None:
-                s = torch._C._construct_storage_from_data_pointer(m["data_ptr"], m["device"],
-                                                                  m["nbytes"])
-                storages[m["data_ptr"]] = s
-            return torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata(m, s)
-
-        outs = []
-        for j, t in enumerate(self.outputs):
-            m = self.out_meta.get(j)
-            outs.append(t.clone() if m is None else rebuild(m))
-        inputs = {i: rebuild(m) for i, m in self.in_meta.items()}
-        refs = [StorageWeakRef(s) for s in storages.values()]
-        self.live = refs
-        self.handed = [weakref.ref(t) for t in (*outs, *inputs.values())
-                       if t.untyped_storage().data_ptr() in storages]
+            self._mark_handed(STALE)
+        if not self.span_bytes:
+            self.live, self.handed = None, []
+            return [t.clone() for t in self.outputs], {}, None
+        storage = torch._C._construct_storage_from_data_pointer(self.span_ptr, self.device,
+                                                               self.span_bytes)
+        build = torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata
+        outs = [t.clone() if m is None else build(m, storage)
+                for t, m in zip(self.outputs, self.out_meta)]
+        inputs = {i: build(m, storage) for i, m in self.in_meta.items()}
+        self.live = StorageWeakRef(storage)
+        self.handed = [weakref.ref(t) for t, m in zip(outs, self.out_meta) if m is not None]
+        self.handed.extend(weakref.ref(t) for t in inputs.values())
         self.consumed = False
-        return outs, inputs, refs
+        return outs, inputs, self.live
 
 
 class CapturePool:
@@ -189,23 +224,33 @@ class CapturePool:
         for d in self.captures[c.order:]:
             d.mark_stale()
 
-    def handed_out(self, c: _Capture, refs: list) -> None:
+    def handed_out(self, c: _Capture, ref: StorageWeakRef | None) -> None:
         if not c.forward:
             return
         for cdata in [k for k, v in self.saved.items() if v is c]:
             del self.saved[cdata]
-        for r in refs:
-            self.saved[r.cdata] = c
+        if ref is not None:
+            self.saved[ref.cdata] = c
 
-    def consume(self, inputs: Sequence[torch.Tensor]) -> None:
+    def consume(self, inputs: Sequence[torch.Tensor], first: Sequence[int] = ()) -> list[int]:
         """A backward is running on `inputs`: the forward generations they come from are
-        spent once it has (their contexts are freed, or hold values nobody reads again)."""
+        spent once it has (their contexts are freed, or hold values nobody reads again).
+        Input positions in `first` are looked at before the others, and the search stops once
+        every saved generation was found; returns the positions where one was (a backward
+        finds its forward's values at the same positions each call)."""
         if not self.saved:
-            return
-        for t in inputs:
-            c = self.saved.get(t.untyped_storage()._cdata)
-            if c is not None:
-                c.consumed = True
+            return []
+        left = set(self.saved)
+        found = []
+        for i in itertools.chain(first, range(len(inputs))):
+            cdata = inputs[i].untyped_storage()._cdata
+            if cdata in left:
+                self.saved[cdata].consumed = True
+                left.discard(cdata)
+                found.append(i)
+                if not left:
+                    break
+        return found
 
 
 def replay_events() -> list[tuple[str, dict[str, int]]]:
@@ -228,6 +273,11 @@ class PooledReplayer:
         self.pool = pool
         self.kind = kind
         self.in_place = in_place  # input positions read where they are
+        self.in_place_list = sorted(in_place)
+        self._others: list[int] | None = None  # the other positions (known at the first call)
+        # Backward graphs: the input positions where the last call found its forward's saved
+        # values (CapturePool.consume looks there first).
+        self._saved_at: list[int] = []
         self.clone_outputs = clone_outputs  # output positions returned as copies (None: all)
         self.mutated = tuple(mutated)
         self.random = random
@@ -237,8 +287,12 @@ class PooledReplayer:
         # Outputs handed out as the pool's memory, overwritten by a later replay
         # (cuda_graph_output_copies off): clone_outputs is then empty.
         self.overwrite_outputs = overwrite_outputs
+        # Captures by key (sizes and layouts of the inputs that are not read in place); each
+        # capture also records the in-place inputs' addresses it was made with.
         self.captures: dict[tuple, list[_Capture]] = {}
         self.num_captures = 0
+        # Full keys (with the in-place addresses) captured, and seen once (an ordinary call).
+        self.captured: set[tuple] = set()
         self.seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
         self.disabled = ""
         self.replays = 0
@@ -252,8 +306,8 @@ class PooledReplayer:
     def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
         self._saved = {}
         outs = self._call(inputs, extra)
-        if self.kind == "backward":
-            self.pool.consume(inputs)  # after the run: its inputs were still needed in it
+        if self.kind == "backward":  # after the run: its inputs were still needed in it
+            self._saved_at = self.pool.consume(inputs, self._saved_at)
         return outs
 
     def _call(self, inputs: Sequence[torch.Tensor], extra: tuple) -> list:
@@ -261,16 +315,20 @@ class PooledReplayer:
             return self.run(list(inputs))
         key = self._key(inputs, extra)
         for c in self.captures.get(key, ()):
+            if not c.same_addresses(inputs, self.in_place_list):
+                continue
             blocker = self.pool.blocker(c)
             if blocker is None:
                 self.events["replay"] += 1
                 return self._replay(c, inputs)
             self.events[f"busy: {blocker}"] += 1
-        if key not in self.captures and key not in self.seen:
+        full = (key, tuple(inputs[i].data_ptr() for i in self.in_place_list))
+        if full not in self.captured and full not in self.seen:
             self.events["first call of a key"] += 1
-            # The first call of these sizes runs ordinarily: it tunes the kernels' launches,
-            # which a capture cannot time.
-            self.seen[key] = None
+            # The first call of these sizes and addresses runs ordinarily: it tunes the
+            # kernels' launches, which a capture cannot time. (A backward whose saved values
+            # move at every call, its forward having run ordinarily, never captures.)
+            self.seen[full] = None
             if len(self.seen) > _SEEN_KEYS:
                 self.seen.popitem(last=False)
             return self.run(list(inputs))
@@ -282,6 +340,7 @@ class PooledReplayer:
         if c is None:
             return self.run(list(inputs))
         self.captures.setdefault(key, []).append(c)
+        self.captured.add(full)
         return self._replay(c, inputs)
 
     def saved_inputs(self, positions: Sequence[int]) -> dict[int, torch.Tensor]:
@@ -296,11 +355,16 @@ class PooledReplayer:
         return bool(self._saved)
 
     def _key(self, inputs: Sequence[torch.Tensor], extra: tuple) -> tuple:
-        key = [extra]
-        for i, t in enumerate(inputs):
-            key.append((tuple(t.shape), t.stride(), t.dtype,
-                        t.data_ptr() if i in self.in_place or _overlaps(t) else None))
-        return tuple(key)
+        """The sizes, strides and dtypes of the inputs not read in place (and the address of
+        one that overlaps itself, which is read in place too), with the symbol values. The
+        in-place inputs (parameters, a backward's saved values) are matched by address alone
+        (_Capture.same_addresses): Dynamo's guards fix their sizes and layouts, and a step
+        passes hundreds of them, so a per-input look in Python would cost more than the
+        replay it selects."""
+        if self._others is None:
+            self._others = [i for i in range(len(inputs)) if i not in self.in_place]
+        return (extra, *((t.shape, t.stride(), t.dtype, t.data_ptr() if _overlaps(t) else None)
+                         for t in map(inputs.__getitem__, self._others)))
 
     def _capture(self, inputs: Sequence[torch.Tensor]) -> _Capture | None:
         self.num_captures += 1
@@ -333,13 +397,16 @@ class PooledReplayer:
             return None
         c = self.pool.add(graph, static, list(outs), copied, self.clone_outputs, self.kind,
                           self.saved_args, self.overwrite_outputs)
+        c.addresses = [None] * len(inputs)
+        for i in self.in_place_list:
+            c.addresses[i] = inputs[i].data_ptr()
         del outs
         log.debug("coil: %s captured (capture %d of the graph, %d in the pool)", self.name,
                   self.num_captures, len(self.pool.captures))
         return c
 
     def _replay(self, c: _Capture, inputs: Sequence[torch.Tensor]) -> list:
-        for i in c.copied:
+        for i in c.copied_list:
             c.static_inputs[i].copy_(inputs[i])
         self.pool.before_replay(c)
         c.graph.replay()

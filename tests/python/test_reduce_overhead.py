@@ -299,6 +299,30 @@ def test_input_mutation_and_batch_norm_statistics():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_parameter_moved_to_new_memory_gets_its_own_capture():
+    """Parameters are read where they are, matched by address only: a parameter whose data
+    moved (`p.data = ...`) must not replay a capture that reads the old memory."""
+    _fresh()
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="coil", mode="reduce-overhead")
+    x = torch.randn(16, 64, device="cuda")
+    with torch.no_grad():
+        for step in range(8):
+            if step == 4:  # new values at a new address, under the same Parameter
+                fresh = torch.randn_like(model[0].weight)
+                model[0].weight.data = fresh.clone()
+                twin[0].weight.data = fresh.clone()
+            torch.testing.assert_close(compiled(x), twin(x), rtol=1e-4, atol=1e-4)
+    rs = _replayers()  # one graph (or two, should Dynamo recompile for the new data)
+    # Each address: one ordinary call, then a capture replayed.
+    assert sum(r.num_captures for r in rs) == 2, _states()
+    assert sum(r.events["first call of a key"] for r in rs) == 2, _states()
+    assert sum(r.replays for r in rs) == 6, _states()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_one_capture_per_size_up_to_the_cap():
     _fresh()
 
