@@ -406,6 +406,7 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         # a profile's "bw_kernel12" is one kernel (not the index: the names are in the cached
         # source, which must not depend on the order graphs were compiled in).
         copts["kernel_prefix"] = {"forward": "fw_", "backward": "bw_"}.get(kind, "")
+        copts["shared_outputs_from"] = _shared_outputs_from(exported, kind)
         if exported.binder is not None:
             copts["symbol_ranges"] = exported.binder.ranges_text()
         if on_cuda:
@@ -461,6 +462,23 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         if _profiling:
             compiled.set_profiling(True)
     return fn
+
+
+def _shared_outputs_from(exported: ExportedGraph, kind: str) -> int:
+    """The first coil output position from which on every output is a forward graph's saved
+    value (read only by its backward, so two of them may be one tensor: the C++ cse pass then
+    merges them without a copy); -1 where there is none (other graphs, whose outputs reach
+    the caller or the gradients)."""
+    n_user = user_outputs_of(kind) if kind == "forward" else None
+    if n_user is None:
+        return -1
+    first = 0  # past every coil output a user-visible output reads
+    for kind_, v in exported.output_spec[:n_user]:
+        if kind_ == "tensor":
+            first = max(first, v + 1)
+        elif kind_ == "view":
+            first = max(first, v[0] + 1)
+    return first if first < exported.num_tensor_outputs else -1
 
 
 def _saved_inputs(exported: ExportedGraph,

@@ -63,6 +63,9 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "split_reduction_min_elements": int,
     "cpu_gemm": str,
     "passes": str,
+    # Graph outputs from this position on may share memory (set per graph: a forward graph's
+    # saved values, which only its backward reads; -1: none).
+    "shared_outputs_from": int,
     # A backend by registry name (src/runtime/backends.cpp): "portable" runs CPU graphs through
     # the portable C++ backend; "" picks the device's default (cpu / cuda).
     "backend_target": str,

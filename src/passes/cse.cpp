@@ -97,7 +97,7 @@ bool clone_keeps_meta(sym::Context& ctx, const TensorMeta& m) {
 
 }  // namespace
 
-int eliminate_common_subexpressions(Graph& g) {
+int eliminate_common_subexpressions(Graph& g, int64_t shared_outputs_from) {
   std::unordered_map<std::string, Node*> first_of;
   std::unordered_set<const Node*> merged;
   const std::vector<Node*> nodes = g.nodes();  // the clones added below are not visited
@@ -105,6 +105,11 @@ int eliminate_common_subexpressions(Graph& g) {
   // leave, clones come, neither is visited again).
   const std::unordered_set<const Value*> graph_outputs(g.outputs().begin(), g.outputs().end());
   auto is_graph_output = [&](const Value* v) { return graph_outputs.count(v) > 0; };
+  // Output positions whose values may share memory with each other (a forward graph's saved
+  // values, which only its backward reads).
+  auto may_share = [&](size_t j) {
+    return shared_outputs_from >= 0 && static_cast<int64_t>(j) >= shared_outputs_from;
+  };
   OpEffectCache effects;
   for (Node* n : nodes) {
     if (effects.must_keep(*n) || effects.is_random_op(n->op_id())) continue;
@@ -114,25 +119,38 @@ int eliminate_common_subexpressions(Graph& g) {
     auto [it, inserted] = first_of.emplace(node_key(*n), n);
     if (inserted) continue;
     Node* first = it->second;
-    // An output that is a graph output becomes a clone of the first node's output; only where
-    // the clone's meta is the same (otherwise both nodes stay).
+    // Per output k of n: where it is a graph output that may be the first node's value itself
+    // (a shared position, while the first node's value is no output before those), and where
+    // it needs a clone.
+    std::vector<std::vector<size_t>> shared(n->outputs().size()), cloned(n->outputs().size());
     bool clonable = true;
-    for (const Value* v : n->outputs()) {
-      if (is_graph_output(v) && !clone_keeps_meta(g.ctx(), v->meta())) clonable = false;
+    for (size_t k = 0; k < n->outputs().size(); ++k) {
+      const Value* from = n->output(k);
+      if (!is_graph_output(from)) continue;
+      const std::vector<Value*>& outs = g.outputs();
+      bool to_is_private_output = false;  // an output whose storage must stay its own
+      for (size_t j = 0; j < outs.size(); ++j) {
+        if (outs[j] == first->output(k) && !may_share(j)) to_is_private_output = true;
+      }
+      for (size_t j = 0; j < outs.size(); ++j) {
+        if (outs[j] != from) continue;
+        (may_share(j) && !to_is_private_output ? shared[k] : cloned[k]).push_back(j);
+      }
+      // A clone keeps the output's meta only where it is row-major (otherwise both stay).
+      if (!cloned[k].empty() && !clone_keeps_meta(g.ctx(), from->meta())) clonable = false;
     }
     if (!clonable) continue;
     for (size_t k = 0; k < n->outputs().size(); ++k) {
       Value* from = n->output(k);
       Value* to = first->output(k);
-      std::vector<size_t> at;  // where `from` is a graph output
-      for (size_t j = 0; j < g.outputs().size(); ++j) {
-        if (g.outputs()[j] == from) at.push_back(j);
-      }
       g.replace_all_uses(from, to);
-      if (at.empty()) continue;
-      Node* copy = g.add_node(opid::aten_clone_default, {Arg(to)}, {}, {from->meta()});
+      if (shared[k].empty() && cloned[k].empty()) continue;
       std::vector<Value*> outputs = g.outputs();
-      for (size_t j : at) outputs[j] = copy->output();
+      for (size_t j : shared[k]) outputs[j] = to;
+      if (!cloned[k].empty()) {
+        Node* copy = g.add_node(opid::aten_clone_default, {Arg(to)}, {}, {from->meta()});
+        for (size_t j : cloned[k]) outputs[j] = copy->output();
+      }
       g.set_outputs(std::move(outputs));
     }
     merged.insert(n);
@@ -146,8 +164,8 @@ namespace {
 class CsePass final : public Pass {
  public:
   std::string_view name() const override { return "cse"; }
-  bool run(Graph& g, const CompileOptions&) override {
-    return eliminate_common_subexpressions(g) > 0;
+  bool run(Graph& g, const CompileOptions& options) override {
+    return eliminate_common_subexpressions(g, options.shared_outputs_from) > 0;
   }
 };
 

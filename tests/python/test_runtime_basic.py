@@ -245,3 +245,30 @@ def test_auto_provider_matmul_library_conv_host():
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     torch.testing.assert_close(g.run([x, w])[0], torch.nn.functional.conv2d(x, w, padding=1))
     assert calls == [2]
+
+
+SAVED_TWICE = """graph(%0: f32[4, 8], %1: b8[4, 8]):
+  %2: f32[4, 8] = aten.where.self(%1, %0, 0.5)
+  %3: f32[4, 8] = aten.sigmoid.default(%0)
+  %4: f32[4, 8] = aten.where.self(%1, %0, 0.5)
+  %5: f32[4, 8] = aten.mul.Tensor(%2, %3)
+  %6: f32[4, 8] = aten.mul.Tensor(%5, %4)
+  return (%6, %2, %4, %3, %2)
+"""
+
+
+@pytest.mark.parametrize("shared_from", [-1, 1])
+def test_outputs_that_may_share_memory(shared_from):
+    # Outputs from shared_outputs_from on are a forward graph's saved values: cse merges %4
+    # into %2 and returns that one tensor at position 2 instead of a copy (position 4 is %2 in
+    # the graph as written). Position 0 (what the caller sees) never shares.
+    g = C.compile(SAVED_TWICE, {"shared_outputs_from": shared_from}, None)
+    x, m = torch.randn(4, 8), torch.rand(4, 8) > 0.5
+    outs = g.run([x, m])
+    w = torch.where(m, x, 0.5)
+    for got, want in zip(outs, [w * x.sigmoid() * w, w, w, x.sigmoid(), w]):
+        torch.testing.assert_close(got, want)
+    ptrs = [t.data_ptr() for t in outs]
+    assert ptrs[1] == ptrs[4]
+    assert (ptrs[2] == ptrs[1]) == (shared_from == 1)
+    assert ptrs[0] not in ptrs[1:]

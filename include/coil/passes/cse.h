@@ -14,7 +14,10 @@
 // aten.clone.default of the earlier node's output (appended at the end of the graph), so no
 // two graph outputs share storage; where the clone would not have the output's meta (strides
 // that are not row-major, a storage offset) both nodes stay, and so does a clone that is itself
-// a graph output (merged, it would be a clone again).
+// a graph output (merged, it would be a clone again). A forward graph's saved values (outputs
+// only its backward reads, option shared_outputs_from) may share: there the output is the
+// earlier value itself. T5's 12 cross-attention layers each compute the same attention bias
+// from one mask, and each saves it for its backward: one [8, 12, 512, 512] tensor, not 12.
 #pragma once
 
 #include <memory>
@@ -24,8 +27,11 @@
 
 namespace coil::passes {
 
-// Returns how many nodes were merged into earlier identical ones.
-int eliminate_common_subexpressions(Graph& g);
+// Returns how many nodes were merged into earlier identical ones. Graph outputs at positions
+// from `shared_outputs_from` on (-1: none; option shared_outputs_from) may share memory: a
+// removed node's output there becomes the earlier node's value itself, not a clone, unless
+// that value is also an output before those positions.
+int eliminate_common_subexpressions(Graph& g, int64_t shared_outputs_from = -1);
 
 std::unique_ptr<Pass> make_cse_pass();
 

@@ -49,7 +49,8 @@ namespace coil {
   X(bool, cuda_native_depthwise, false, true)    /* CUDA depthwise convs: loops, not cuDNN */     \
   X(std::string, cpu_gemm, "auto", false)        /* CPU GEMM: auto (measured)|openblas|mkl */     \
   X(std::string, passes, "dce,cse", true)        /* graph passes, in order (src/passes) */        \
-  X(std::string, backend_target, "", true)       /* backend by name; "": the device's default */
+  X(int64_t, shared_outputs_from, -1, true) /* outputs from here on may share memory; -1: none */ \
+  X(std::string, backend_target, "", true)  /* backend by name; "": the device's default */
 
 struct CompileOptions {
 #define COIL_DECLARE_OPTION(type, name, def, affects) type name = def;

@@ -186,6 +186,32 @@ TEST(Cse, DifferentOutputMetasStay) {
   EXPECT_EQ(eliminate_common_subexpressions(*g), 0);
 }
 
+TEST(Cse, SharedOutputsAreTheEarlierValue) {
+  // Outputs from position 1 on may share memory (a forward graph's saved values): %3 becomes
+  // %1 itself there. %4 merges into %2, which is output 0 (the caller's): a clone, as without
+  // the option.
+  const char* text = R"(graph(%0: f32[4]):
+  %1: f32[4] = aten.sigmoid.default(%0)
+  %2: f32[4] = aten.neg.default(%0)
+  %3: f32[4] = aten.sigmoid.default(%0)
+  %4: f32[4] = aten.neg.default(%0)
+  return (%2, %1, %3, %4)
+)";
+  sym::Context ctx;
+  auto g = parse_graph(text, ctx);
+  EXPECT_EQ(eliminate_common_subexpressions(*g, 1), 2);
+  const auto& outs = g->outputs();
+  ASSERT_EQ(outs.size(), 4u);
+  EXPECT_EQ(outs[1], outs[2]);
+  EXPECT_NE(outs[3], outs[0]);
+  EXPECT_EQ(outs[3]->producer()->op_id(), opid::aten_clone_default);
+  // Without the option every merged output is a clone.
+  sym::Context ctx2;
+  auto h = parse_graph(text, ctx2);
+  EXPECT_EQ(eliminate_common_subexpressions(*h), 2);
+  EXPECT_NE(h->outputs()[1], h->outputs()[2]);
+}
+
 TEST(Dce, CountsRemovedNodes) {
   sym::Context ctx;
   auto g = parse_graph(kGraph, ctx);
