@@ -21,11 +21,12 @@ What keeps a replay equal to an ordinary call:
     would overwrite must be dead: the tensors it handed out last time, and those of every
     capture made after it in the same pool (which may sit in memory this one used for
     temporaries). Each replay hands its outputs out on one new storage object over the
-    pool's memory, and a weak reference to it says whether anyone still holds one. A forward's saved values count
-    as dead once its backward ran (the spent autograd context may still reference them until
-    the loss is dropped; they are then marked so that reading them raises). Where some are
-    alive (a second forward before the first one's backward, a gradient the optimizer kept),
-    another capture is made, which the allocator keeps clear of them.
+    pool's memory, and a weak reference to it says whether anyone still holds one. A
+    forward's saved values count as dead once its backward ran (the spent autograd context
+    may still reference them until the loss is dropped; they are then marked so that reading
+    them raises). Where some are alive (a second forward before the first one's backward, a
+    gradient the optimizer kept), another capture is made, which the allocator keeps clear of
+    them.
   * Host work. A training step passes hundreds of parameters and saved values and hands out
     as many outputs; where kernels are short the host's work per replay sets the step time.
     In-place inputs are matched by address in one call, the other inputs by size and layout,
@@ -150,13 +151,12 @@ class _Capture:
         return not self.live.expired()
 
     def _mark_handed(self, msg: str) -> None:
-        # The mark is on the storage, which every tensor of the generation shares: one live
-        # tensor carries it to all.
+        # The mark is on each tensor (its TensorImpl lets go of the storage), not on the
+        # storage the generation's tensors share: every live one is marked.
         for r in self.handed:
             t = r()
             if t is not None:
                 torch._C._set_storage_access_error_msg(t, msg)
-                break
         self.handed = []
 
     def mark_stale(self) -> None:

@@ -161,6 +161,21 @@ def test_output_copies_off_hands_out_the_pools_memory_and_marks_it_stale():
     (r,) = _replayers()
     assert r.replays >= 3 and not any(k.startswith("busy") for k in r.events), _states()
 
+    # Every output of a replay is marked, not only the first (they share one storage object,
+    # but the mark is per tensor).
+    _fresh()
+    both = torch.compile(lambda x: (model(x), model(x).relu() * 2), backend="coil", options={
+        "reduce_overhead": True, "cuda_graph_output_copies": False})
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(8, 64, device="cuda")
+            a, b = both(x)
+            torch.testing.assert_close(b, model(x).relu() * 2, rtol=1e-4, atol=1e-4)
+        both(torch.randn(8, 64, device="cuda"))
+        for old in (a, b):
+            with pytest.raises(RuntimeError, match="cuda_graph_output_copies"):
+                old.clone()
+
 
 def _train_pair(model, opt_kwargs=None):
     eager = model
