@@ -125,8 +125,13 @@ class _Capture:
         aliased = {("o", j): t for j, t in enumerate(outputs)
                    if clone is not None and j not in clone}
         aliased.update({("i", i): static_inputs[i] for i in sorted(copied & set(saved_args))})
+        # Tensors without memory (no elements: the allocator's address 0) stay out of the span,
+        # which they would stretch to address 0; they are handed out as clones (no kernel).
+        empty = {k for k, t in aliased.items() if t.untyped_storage().data_ptr() == 0}
+        self.empty_inputs = [k[1] for k in empty if k[0] == "i"]
+        aliased = {k: t for k, t in aliased.items() if k not in empty}
         self.span_ptr, self.span_bytes, metas = _span_metas(aliased)
-        self.device = outputs[0].device if outputs else None
+        self.device = next(iter(aliased.values())).device if aliased else None
         # Per output: its metadata on the generation's storage, or None (returned as a clone).
         self.out_meta = [metas.get(("o", j)) for j in range(len(outputs))]
         self.in_meta = {k[1]: m for k, m in metas.items() if k[0] == "i"}
@@ -173,13 +178,15 @@ class _Capture:
             self._mark_handed(STALE)
         if not self.span_bytes:
             self.live, self.handed = None, []
-            return [t.clone() for t in self.outputs], {}, None
+            return ([t.clone() for t in self.outputs],
+                    {i: self.static_inputs[i].clone() for i in self.empty_inputs}, None)
         storage = torch._C._construct_storage_from_data_pointer(self.span_ptr, self.device,
                                                                self.span_bytes)
         build = torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata
         outs = [t.clone() if m is None else build(m, storage)
                 for t, m in zip(self.outputs, self.out_meta)]
         inputs = {i: build(m, storage) for i, m in self.in_meta.items()}
+        inputs.update({i: self.static_inputs[i].clone() for i in self.empty_inputs})
         self.live = StorageWeakRef(storage)
         self.handed = [weakref.ref(t) for t, m in zip(outs, self.out_meta) if m is not None]
         self.handed.extend(weakref.ref(t) for t in inputs.values())

@@ -338,6 +338,27 @@ def test_a_parameter_moved_to_new_memory_gets_its_own_capture():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("copies", [True, False])
+def test_an_output_without_elements(copies):
+    """An output with no elements has no memory (address 0): it stays out of the one storage
+    a replay's outputs share, which it would stretch down to address 0."""
+    _fresh()
+
+    def f(x):
+        return x.sin() * 2, x[:, :0].exp()
+
+    compiled = torch.compile(f, backend="coil", options={
+        "reduce_overhead": True, "cuda_graph_output_copies": copies})
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(8, 64, device="cuda")
+            for got, want in zip(compiled(x), f(x)):
+                assert got.shape == want.shape
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_one_capture_per_size_up_to_the_cap():
     _fresh()
 
@@ -402,3 +423,35 @@ def test_replay_events_name_each_live_replayer():
     del r
     gc.collect()
     assert all(name != "events_test_graph" for name, _ in replay_events())
+
+
+def test_span_metadata_rebuilds_each_tensor_on_one_storage():
+    """_span_metas (the per-replay outputs of one capture, on one storage object): each
+    tensor's metadata, read over a storage from the span's first address, gives back the same
+    elements; offsets count in the tensor's own element size. (The CUDA constructor is not on
+    a CPU; `set_` reads the same fields.)"""
+    from coil.reduce_overhead import _span_metas
+
+    base = torch.arange(4096, dtype=torch.uint8)
+    f32 = base[512:1536].view(torch.float32).view(16, 16)  # 1024 bytes from byte 512
+    bf16 = base[2048:2560].view(torch.bfloat16).view(8, 32).t()  # transposed view
+    i64 = base[3072:3584].view(torch.int64)[4:]  # an offset inside its own storage
+    tensors = {"a": f32, "b": bf16, "c": i64}
+    blocks = {"a": (512, 1024), "b": (2048, 512), "c": (3072, 512)}  # pool blocks: start, bytes
+    # Each stands for a pool block of its own: a storage per tensor over the shared buffer.
+    parts = {}
+    for k, t in tensors.items():
+        start = base.data_ptr() + blocks[k][0]
+        s = torch._C._construct_storage_from_data_pointer(start, t.device, blocks[k][1])
+        offset = (t.data_ptr() - start) // t.element_size()
+        parts[k] = torch.empty(0, dtype=t.dtype).set_(s, offset, t.shape, t.stride())
+    lo, nbytes, metas = _span_metas(parts)
+    assert lo == base.data_ptr() + 512 and nbytes == 3584 - 512
+    span = torch._C._construct_storage_from_data_pointer(lo, base.device, nbytes)
+    for k, t in tensors.items():
+        m = metas[k]
+        got = torch.empty(0, dtype=m["dtype"]).set_(span, m["storage_offset"], m["size"],
+                                                    m["stride"])
+        assert got.data_ptr() == t.data_ptr() and got.stride() == t.stride(), k
+        as_bytes = [x.contiguous().view(torch.uint8) for x in (got, t)]  # NaNs compare as bits
+        assert torch.equal(*as_bytes), k
