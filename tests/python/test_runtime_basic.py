@@ -272,3 +272,20 @@ def test_outputs_that_may_share_memory(shared_from):
     assert ptrs[1] == ptrs[4]
     assert (ptrs[2] == ptrs[1]) == (shared_from == 1)
     assert ptrs[0] not in ptrs[1:]
+
+
+def test_shared_positions_start_past_every_output_the_caller_sees(monkeypatch):
+    # backend._shared_outputs_from: the first coil output from which on all are a forward's
+    # saved values; a user output read through a view counts as reading its coil output.
+    import types
+
+    from coil import backend
+
+    monkeypatch.setattr(backend, "user_outputs_of", lambda kind: 2)
+    spec = [("tensor", 0), ("view", (2, 0, ())), ("tensor", 1), ("tensor", 3), ("input", 0)]
+    ex = types.SimpleNamespace(output_spec=spec, num_tensor_outputs=4)
+    assert backend._shared_outputs_from(ex, "forward") == 3  # coil output 2 reaches the caller
+    assert backend._shared_outputs_from(ex, "backward") == -1  # gradients never share
+    assert backend._shared_outputs_from(ex, "inference") == -1
+    ex.num_tensor_outputs = 3  # nothing past the caller's
+    assert backend._shared_outputs_from(ex, "forward") == -1
