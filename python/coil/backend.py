@@ -472,13 +472,20 @@ def _shared_outputs_from(exported: ExportedGraph, kind: str) -> int:
     n_user = user_outputs_of(kind) if kind == "forward" else None
     if n_user is None:
         return -1
-    first = 0  # past every coil output a user-visible output reads
-    for kind_, v in exported.output_spec[:n_user]:
-        if kind_ == "tensor":
-            first = max(first, v + 1)
-        elif kind_ == "view":
-            first = max(first, v[0] + 1)
+    first = max(_coil_outputs_seen(exported, n_user), default=-1) + 1
     return first if first < exported.num_tensor_outputs else -1
+
+
+def _coil_outputs_seen(exported: ExportedGraph, n_user: int) -> set[int]:
+    """The coil outputs the first n_user FX outputs (what the caller sees) read: as they are,
+    or through views."""
+    seen = set()
+    for kind, v in exported.output_spec[:n_user]:
+        if kind == "tensor":
+            seen.add(v)
+        elif kind == "view":
+            seen.add(v[0])
+    return seen
 
 
 def _saved_inputs(exported: ExportedGraph,
@@ -506,14 +513,7 @@ def _pooled_replayer(name: str, gm: fx.GraphModule, exported: ExportedGraph, kin
     in_place = {j for j, i in enumerate(exported.input_indices) if i in static_args}
     in_place.update(range(n_inputs, n_inputs + len(exported.constants)))  # the graph's own
     n_user = user_outputs_of(kind)
-    clone = None
-    if n_user is not None:
-        clone = set()
-        for kind_, v in exported.output_spec[:n_user]:
-            if kind_ == "tensor":
-                clone.add(v)
-            elif kind_ == "view":
-                clone.add(v[0])
+    clone = None if n_user is None else _coil_outputs_seen(exported, n_user)
     # Inference outputs as the pool's memory, as Inductor's mode returns them (option
     # cuda_graph_output_copies off): none copied, each overwritten by a later replay.
     overwrite = kind == "inference" and not options.cuda_graph_output_copies

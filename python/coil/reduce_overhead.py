@@ -76,7 +76,7 @@ OVERWRITTEN = ("coil: this tensor is an output of a compiled graph (mode=\"reduc
                "holds a newer call's values. Clone an output to keep it past the next call.")
 
 
-def _span_metas(tensors: dict[int, torch.Tensor]) -> tuple[int, int, dict[int, dict]]:
+def _span_metas(tensors: dict[Any, torch.Tensor]) -> tuple[int, int, dict[Any, dict]]:
     """(first address, bytes, metadata by key) to rebuild `tensors` on one storage object over
     the memory from the lowest of their storages to the end of the highest (the pool's
     memory and the capture's input buffers): what _construct_CUDA_Tensor_From_Storage_And_
@@ -245,9 +245,10 @@ class CapturePool:
         Input positions in `first` are looked at before the others, and the search stops once
         every saved generation was found; returns the positions where one was (a backward
         finds its forward's values at the same positions each call)."""
-        if not self.saved:
+        # Generations already consumed are not looked for again (another graph's backward ran).
+        left = {cdata for cdata, c in self.saved.items() if not c.consumed}
+        if not left:
             return []
-        left = set(self.saved)
         found = []
         for i in itertools.chain(first, range(len(inputs))):
             cdata = inputs[i].untyped_storage()._cdata
