@@ -73,13 +73,16 @@ int KernelEmitter::vector_width(size_t inner) {
           in.kind == InstrKind::Randn)
         return 0;
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
-      if (in.mask >= 0 && !mask_invariant(n->body, in.mask, var)) return 0;
+      // A masked load inside its buffer is read unmasked, the mask applied per element; one
+      // that may lie outside reads its vector under the mask, the same for the whole vector.
+      const bool masked = in.mask >= 0 && !always_in_bounds(in);
+      if (masked && !mask_invariant(n->body, in.mask, var)) return 0;
       Expr flat = flat_index(in.buffer, in.index);
       auto s = stride_along(flat, var);
       if (!s || (*s != 0 && *s != 1)) return 0;
       if (*s != 1) continue;
       accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
-      if (in.mask >= 0 || loaded.insert(shared_load_key(in.buffer, flat)).second)
+      if (masked || loaded.insert(shared_load_key(in.buffer, flat)).second)
         bytes += dtype_size(buf(in.buffer).dtype);
     }
     if (!locals_.count(n->out)) {
@@ -105,6 +108,16 @@ int KernelEmitter::vector_width(size_t inner) {
   std::vector<Expr> starts;
   for (auto& [b, start] : accesses) starts.push_back(start);
   return starts_aligned(starts, vec) ? vec : 0;
+}
+
+bool KernelEmitter::always_in_bounds(const Instr& load) {
+  const loop::Buffer& B = buf(load.buffer);
+  if (load.index.size() != B.sizes.size()) return false;
+  for (size_t d = 0; d < load.index.size(); ++d) {
+    const sym::Range r = ctx_.bounds(load.index[d]);
+    if (r.lo < 0 || r.hi >= ctx_.bounds(B.sizes[d]).lo) return false;
+  }
+  return true;
 }
 
 // Whether `mask` has one value for all the elements a vector entry point's thread handles: it
@@ -297,17 +310,22 @@ void KernelEmitter::emit_pointwise() {
       Expr flat = flat_index(in.buffer, in.index);
       if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
       const std::string key = shared_load_key(in.buffer, flat);
-      if (in.mask < 0 && shared.count(key)) {  // another member loaded this element already
+      // A masked load inside its buffer (a BatchNorm's per-channel parameter inlined into
+      // each tap of a max-pool window) is one unmasked vector for all its masks: its uses
+      // select 0 where the mask is off (load_expr), and the registers held per thread stay
+      // few enough for a wider vector (vector_width).
+      const bool masked = in.mask >= 0 && !always_in_bounds(in);
+      if (!masked && shared.count(key)) {  // another member loaded this element already
         vec_loads_[{m, static_cast<InstrId>(i)}] = shared.at(key);
         continue;
       }
       std::string name = "L" + std::to_string(nv++);
-      if (in.mask < 0) shared[key] = name;
+      if (!masked) shared[key] = name;
       const std::string E = ctype(buf(in.buffer).dtype);
       const std::string vec_t = "coil::Vec<" + E + ", " + V + ">";
       const std::string load =
           "*(const " + vec_t + "*)(" + buf(in.buffer).name + " + " + idx(flat) + ")";
-      if (in.mask >= 0) {
+      if (masked) {
         // Under its mask (the same for the whole vector: vector_width); a masked-off vector
         // is not read (it may lie outside the buffer) and its lanes are not used.
         line(vec_t + " " + name + "{};");
