@@ -61,6 +61,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_native_depthwise": bool,
     "recompute_cheap_values": bool,
     "split_reduction_min_elements": int,
+    "split_reduction_min_length": int,
     "cpu_gemm": str,
     "passes": str,
     # Graph outputs from this position on may share memory (set per graph: a forward graph's

@@ -290,7 +290,8 @@ TensorValue LoweringContext::reduce(loop::ReduceKind kind, DType dtype,
   COIL_CHECK(kind != loop::ReduceKind::None);
   if (!target_->split_reductions) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
   std::optional<detail::ReductionSplit> split = detail::plan_reduction_split(
-      ctx(), kind, out_sizes, reduction_sizes, options_->split_reduction_min_elements);
+      ctx(), kind, out_sizes, reduction_sizes, options_->split_reduction_min_elements,
+      options_->split_reduction_min_length);
   if (!split) return reduce_node(kind, dtype, out_sizes, reduction_sizes, body);
   // Stage 1: partials [chunk dims..., outputs...], each over the rest of the reduction range.
   sym::Context& c = ctx();

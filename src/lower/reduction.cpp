@@ -273,7 +273,8 @@ struct VarResult {
 bool one_pass_var(LoweringContext& ctx, const ReducePlan& p) {
   return ctx.target().split_reductions &&
          detail::plan_reduction_split(ctx.ctx(), ReduceKind::Sum, p.out_sizes, p.red_sizes,
-                                      ctx.options().split_reduction_min_elements);
+                                      ctx.options().split_reduction_min_elements,
+                                      ctx.options().split_reduction_min_length);
 }
 
 VarResult var_and_mean(LoweringContext& ctx, const TensorValue& x,

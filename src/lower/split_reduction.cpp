@@ -5,7 +5,7 @@ namespace coil::lower::detail {
 std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop::ReduceKind kind,
                                                    const std::vector<sym::Expr>& out_sizes,
                                                    const std::vector<sym::Expr>& red_sizes,
-                                                   int64_t min_elements) {
+                                                   int64_t min_elements, int64_t min_length) {
   if (kind == loop::ReduceKind::ArgMax || kind == loop::ReduceKind::ArgMin) return std::nullopt;
   int64_t outputs = 1, total = 1;
   for (const sym::Expr& e : out_sizes) {
@@ -20,7 +20,7 @@ std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop
     red.push_back(*v);
     total *= *v;
   }
-  if (outputs < 1 || outputs >= kSplitMaxOutputs || total < kSplitMinReduction ||
+  if (outputs < 1 || outputs >= kSplitMaxOutputs || total < min_length ||
       outputs * total < min_elements)
     return std::nullopt;
   // Chunks wanted: enough partials, none shorter than kSplitMinChunk.

@@ -26,14 +26,14 @@ namespace coil::lower::detail {
 // of [64, 14, 14] ran at 0.9 TB/s in one stage, and over 256 channels at 0.6 TB/s; 2048
 // channels over [64, 7, 7] in one stage took 25.7 us, split 4 ways 11.3, Inductor 14.2.)
 inline constexpr int64_t kSplitMaxOutputs = 4096;
-// ... at least this many elements per output, and `min_elements` in all (option
+// ... at least `min_length` elements per output (option split_reduction_min_length, 2048),
+// and `min_elements` in all (option
 // split_reduction_min_elements, 2^18: below that a second launch costs more than the
 // parallelism gains; a softmax over 64 rows of 2048 stays whole. 512 channels over [64, 7, 7],
 // 1.6 M elements, took 17.9 us in one stage and 8.2 split 8 ways; EfficientNet-B0's 40
 // channels over [32, 28, 28], 1.0 M elements, took 78 us in one stage on the H200, a column
 // kernel of 8 columns a block on 5 blocks. 2^20 -> 2^18 on the H200, reduce-overhead training
 // steps: efficientnet_b0 10.46 -> 10.09 ms, mobilenet_v2 11.84 -> 11.42);
-inline constexpr int64_t kSplitMinReduction = 2048;
 // aim for this many partial outputs, each reducing at least kSplitMinChunk elements. 8192:
 // a column reduction's vector entry point (_cv) takes 32 partials a block-row, so 256
 // block-rows; with 4096 half the H100's SMs held one block (resnet50_train 25.20 -> 24.97 ms;
@@ -53,6 +53,6 @@ struct ReductionSplit {
 std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop::ReduceKind kind,
                                                    const std::vector<sym::Expr>& out_sizes,
                                                    const std::vector<sym::Expr>& red_sizes,
-                                                   int64_t min_elements);
+                                                   int64_t min_elements, int64_t min_length);
 
 }  // namespace coil::lower::detail

@@ -21,6 +21,7 @@ namespace coil {
   X(int64_t, max_inline_reads, 8, true)       /* realize when inlining repeats more */            \
   X(int64_t, max_pointwise_cat, 8, true)      /* more cat pieces: copied, no where-chain */       \
   X(int64_t, split_reduction_min_elements, 1 << 18, true) /* GPU: smaller stay one stage */       \
+  X(int64_t, split_reduction_min_length, 2048, true)      /* GPU: shorter stay one stage */       \
   X(int64_t, parallel_threshold, 32768, true)             /* min elements for an OpenMP loop */   \
   X(int64_t, num_threads, 0, true)                        /* 0: OpenMP default */                 \
   X(std::string, cxx, "g++", true)                        /* host compiler */                     \
