@@ -248,6 +248,41 @@ TEST(EmitCuda, DepthwiseTapsGetMaskedVectorLoads) {
   expect_compiles(src);
 }
 
+// A max-pool with padding over a per-channel affine (ResNet's stem: BatchNorm and ReLU inlined
+// into each of the 9 taps). The taps' loads may fall in the padding and stay masked; the
+// per-channel parameters are read inside their buffers at every point, so each is one unmasked
+// vector for all 9 taps, and the thread's vectors fit 4 channels in 128 bytes (9 taps, 2
+// parameters, the store), where counting a parameter per tap allowed 2.
+TEST(EmitCuda, InBoundsMaskedLoadsShareOneVector) {
+  CudaSource src = emit_graph(
+      "graph(%0: bf16[2, 64, 16, 16]{16384, 1, 1024, 64}@cuda, %1: bf16[64, 1, 1]@cuda, "
+      "%2: bf16[64, 1, 1]@cuda):\n"
+      "  %3: bf16[2, 64, 16, 16]{16384, 1, 1024, 64}@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %4: bf16[2, 64, 16, 16]{16384, 1, 1024, 64}@cuda = aten.add.Tensor(%3, %2)\n"
+      "  %5: bf16[2, 64, 16, 16]{16384, 1, 1024, 64}@cuda = aten.relu.default(%4)\n"
+      "  %6: bf16[2, 64, 8, 8]{4096, 1, 512, 64}@cuda, %7: i64[2, 64, 8, 8]{4096, 1, 512, 64}@cuda "
+      "= aten.max_pool2d_with_indices.default(%5, [3, 3], [2, 2], [1, 1])\n"
+      "  return (%6)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_EQ(src.kernels[0].vec, 4) << code;
+  const size_t at = code.find(src.kernels[0].name + "_v(");
+  ASSERT_NE(at, std::string::npos) << code;
+  const std::string v = code.substr(at, code.find("\n}\n", at) - at);
+  // One unmasked vector per parameter; the taps' loads at padded positions under their tests.
+  for (const std::string param : {"in1", "in2"}) {
+    size_t n = 0;
+    for (size_t p = v.find("*)(" + param + " + "); p != std::string::npos;
+         p = v.find("*)(" + param + " + ", p + 1))
+      ++n;
+    EXPECT_EQ(n, 1u) << param << "\n" << v;
+    EXPECT_NE(v.find("= *(const coil::Vec<coil::bf16, 4>*)(" + param + " + "), std::string::npos)
+        << v;
+  }
+  EXPECT_NE(v.find(") L0 = *(const coil::Vec<coil::bf16, 4>*)(in0 + "), std::string::npos) << v;
+  expect_compiles(src);
+}
+
 // A transposed read (attention's k^T materialized for a bmm; a bias added to a permuted input)
 // gets the tiled entry point _t: both tile phases, shared arrays with a padded pitch, the
 // transposed load read from shared memory, the contiguous one from global memory.
