@@ -13,11 +13,16 @@ What keeps a replay equal to an ordinary call:
     place; the others are copied into buffers of our own before each replay. A call whose
     in-place input moved runs without the graph, marks that input as copied, and the next
     call captures again (at most `MAX_CAPTURES` times per graph).
-  * outputs: the replay writes into the pool's buffers, which the next replay overwrites, so
-    each call returns copies (what Inductor's "reduce-overhead" mode leaves to the caller).
-  * a capture is kept only where replays (with their output copies) beat ordinary calls,
-    timed side by side right after the capture: a graph of few large kernels gains nothing
-    from saving launches and would pay for the copies.
+  * outputs: the replay writes into the pool's buffers, which the next replay overwrites. The
+    outputs are handed out as those buffers, and the ones still held when the next replay
+    would overwrite them are first moved out to a copy (graph_memory.KeptOutputs), so outputs
+    stay valid and a caller who drops them in time pays no copy (Inductor's "reduce-overhead"
+    mode leaves that to the caller).
+  * a capture is kept only where replays (each moving the last one's outputs out) beat
+    ordinary calls, timed side by side right after the capture: a graph of few large
+    kernels gains nothing from saving launches and would pay for the copies.
+  * host work: once captured, the inputs read in place are checked by address in one call
+    (their sizes and strides are Dynamo's guards).
   * only graphs whose every call is the same: static shapes, all inputs on the GPU, no random
     ops (their seed and offset are per-call arguments a replay would repeat) and no
     host-synchronizing fallback (a capture that fails turns the graph off for good, with the
@@ -33,6 +38,8 @@ from typing import Callable, Sequence
 
 import torch
 import torch.fx as fx
+
+from .graph_memory import KeptOutputs, same_addresses
 
 log = logging.getLogger("coil")
 
@@ -93,36 +100,55 @@ class GraphReplayer:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
         self.static_outputs: list[torch.Tensor] = []
-        # Per input: (data_ptr, strides) the graph reads (those read in place matter), and those
-        # of the last call.
-        self.addresses: list[tuple] = []
+        self.kept = KeptOutputs([], set(), [])  # the outputs handed out as the pool's memory
+        # The addresses the graph reads its in-place inputs at (positions `in_place`), and
+        # (data_ptr, strides) of every input at the last call that did not replay.
+        self.addresses: list[int] = []
+        self.in_place: list[int] = []
         self.seen: list[tuple] | None = None
         self.timings: tuple[float, float] | None = None  # (ordinary, replayed) seconds
 
     def __call__(self, inputs: Sequence[torch.Tensor], extra: tuple = ()) -> list:
         self.calls += 1
-        addresses = [(t.data_ptr(), t.stride()) for t in inputs]
-        if self.seen is not None:
-            self.copied.update(i for i, (a, b) in enumerate(zip(addresses, self.seen)) if a != b)
-        self.seen = addresses
         if self.disabled or torch.cuda.is_current_stream_capturing():
             # Inside the caller's own capture (torch.cuda.graph around the compiled model) the
             # ordinary call is what gets captured; a synchronize or a replay would break it.
             return self.run(list(inputs))
         if self.graph is not None:
-            if all(addresses[i] == self.addresses[i] for i in range(len(inputs))
-                   if i not in self.copied_at_capture):
+            if same_addresses(inputs, self.addresses, self.in_place):
+                if not self.kept.movable():
+                    # A view the caller holds of the last outputs could not move out of the
+                    # memory a replay overwrites (KeptOutputs): this call runs ordinarily.
+                    return self.run(list(inputs))
                 return self._replay(inputs)
-            self.graph = None  # an in-place input moved: capture again with it copied
+            # An in-place input moved: capture again with it copied (the outputs still held
+            # move out of the memory that goes with the graph; ones that cannot keep the graph
+            # and its memory until they are gone).
+            if not self.kept.movable():
+                return self.run(list(inputs))
+            self.kept.move_out()
+            self.graph = None
+        addresses = [(t.data_ptr(), t.stride()) for t in inputs]
+        if self.seen is not None:
+            self.copied.update(i for i, (a, b) in enumerate(zip(addresses, self.seen)) if a != b)
+        self.seen = addresses
         if self.calls <= WARMUP_CALLS or self.captures >= MAX_CAPTURES:
             return self.run(list(inputs))
         return self._capture(inputs)
 
+    def __del__(self):
+        try:
+            self.kept.retire(self.static_outputs)  # the pool's memory goes with the graph
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list:
         for i in self.copied_at_capture:
             self.static_inputs[i].copy_(inputs[i])
+        self.kept.move_out()
         self.graph.replay()
-        return [o.clone() for o in self.static_outputs]
+        kept = self.kept.hand_out()
+        return [kept[j] if j in kept else o.clone() for j, o in enumerate(self.static_outputs)]
 
     def _capture(self, inputs: Sequence[torch.Tensor]) -> list:
         self.captures += 1
@@ -140,19 +166,27 @@ class GraphReplayer:
             torch.cuda.synchronize()
             return self.run(list(inputs))
         self.graph, self.static_inputs, self.static_outputs = graph, static, list(outs)
-        self.addresses = [(t.data_ptr(), t.stride()) for t in static]
-        # A replay saves host time but copies the outputs out: keep it only where it is the
-        # faster of the two here, measured side by side (the best of a few calls each).
+        self.kept = KeptOutputs(self.static_outputs, set(range(len(outs))), static)
+        self.addresses = [t.data_ptr() for t in static]
+        self.in_place = [i for i in range(len(static)) if i not in self.copied_at_capture]
+        self.seen = [(t.data_ptr(), t.stride()) for t in static]
+        # A replay saves host time but may copy the outputs out: keep it only where it is the
+        # faster of the two here, measured side by side (the best of a few calls each), with
+        # each replay's outputs held until the next one (which then moves them out).
+        held: list = []
         replay_s = run_s = float("inf")
         for _ in range(TIMING_ROUNDS):
-            replay_s = min(replay_s, _seconds(lambda: self._replay(inputs)))
+            replay_s = min(replay_s, _seconds(lambda: held.__setitem__(
+                slice(None), self._replay(inputs))))
             run_s = min(run_s, _seconds(lambda: self.run(list(inputs))))
+        held.clear()
         self.timings = (run_s, replay_s)
         if replay_s > run_s * KEEP_IF_BELOW:
             self.disabled = (f"ordinary calls are as fast ({run_s * 1e3:.3f} ms against "
                              f"{replay_s * 1e3:.3f} ms replayed with output copies)")
             log.info("coil: %s runs without a CUDA graph: %s", self.name, self.disabled)
             self.graph, self.static_inputs, self.static_outputs = None, [], []
+            self.kept = KeptOutputs([], set(), [])
             return self.run(list(inputs))
         return self._replay(inputs)
 

@@ -10,13 +10,15 @@ What keeps a replay equal to an ordinary call:
     and constants are read where they are: their addresses key the capture. Other inputs are
     copied into buffers of the capture's own before each replay, and where the graph writes
     them (input mutation) copied back after it.
-  * Outputs a caller sees (an inference graph's, the forward's user outputs) are returned as
-    copies: they stay valid after the next call. (Inductor's mode returns the pool's tensors
-    and raises when one is read after the next replay overwrote it; option
-    `cuda_graph_output_copies` off does that for inference graphs: their outputs count as dead
-    at the next replay of any capture that may overwrite them, which marks them stale.) The
-    forward's saved activations and the backward's gradients stay in the pool, returned as
-    aliases.
+  * Outputs a caller sees (an inference graph's, the forward's user outputs) stay valid after
+    the next call: they are handed out as the pool's memory, and those still held when a
+    replay would overwrite them are first moved out of the pool to a copy (KeptOutputs), so a
+    caller who drops them in time pays no copy.
+    (Inductor's mode returns the pool's tensors and raises when one is read after the next
+    replay overwrote it; option `cuda_graph_output_copies` off does that for inference
+    graphs: their outputs count as dead at the next replay of any capture that may overwrite
+    them, which marks them stale.) The forward's saved activations and the backward's
+    gradients stay in the pool, returned as aliases.
   * A replay overwrites the pool memory its capture used. So before a replay, the values it
     would overwrite must be dead: the tensors it handed out last time, and those of every
     capture made after it in the same pool (which may sit in memory this one used for
@@ -46,20 +48,18 @@ import collections
 import itertools
 import logging
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from .graph_memory import KeptOutputs, build_tensor, keep_until_dropped, same_addresses, span_metas
+
 log = logging.getLogger("coil")
 
 __all__ = ["CapturePool", "PooledReplayer", "replay_events", "static_inputs_of",
            "user_outputs_of"]
-
-# Compares the addresses of many tensors in one call (CUDA builds of PyTorch; Inductor's
-# CUDA graphs use it the same way).
-_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 # Keys seen once (an ordinary call) remembered per graph: a backward whose saved values move
 # every call (its forward ran ordinarily) must not grow this without bound.
@@ -74,27 +74,6 @@ STALE = ("coil: this tensor was saved by a compiled forward (mode=\"reduce-overh
 OVERWRITTEN = ("coil: this tensor is an output of a compiled graph (mode=\"reduce-overhead\", "
                "option cuda_graph_output_copies off) whose CUDA graph ran again; its memory now "
                "holds a newer call's values. Clone an output to keep it past the next call.")
-
-
-def _span_metas(tensors: dict[Any, torch.Tensor]) -> tuple[int, int, dict[Any, dict]]:
-    """(first address, bytes, metadata by key) to rebuild `tensors` on one storage object over
-    the memory from the lowest of their storages to the end of the highest (the pool's
-    memory and the capture's input buffers): what _construct_CUDA_Tensor_From_Storage_And_
-    Metadata needs, each storage offset counted from that first address."""
-    if not tensors:
-        return 0, 0, {}
-    starts = {k: t.untyped_storage().data_ptr() for k, t in tensors.items()}
-    lo = min(starts.values())
-    hi = max(starts[k] + t.untyped_storage().nbytes() for k, t in tensors.items())
-    metas = {}
-    for k, t in tensors.items():
-        gap = starts[k] - lo
-        if gap % t.element_size():  # never for the allocator's aligned blocks
-            raise ValueError("a captured tensor is not aligned to its element size")
-        metas[k] = {"nbytes": hi - lo, "data_ptr": lo, "size": t.shape, "stride": t.stride(),
-                    "dtype": t.dtype, "device": t.device,
-                    "storage_offset": gap // t.element_size() + t.storage_offset()}
-    return lo, hi - lo, metas
 
 
 class _Capture:
@@ -122,19 +101,24 @@ class _Capture:
         self.forward = kind == "forward"
         # Handed out as aliases: outputs not cloned ("o", j) and the input copies a forward
         # hands its backward (inputs it saves for it, ("i", i)).
-        aliased = {("o", j): t for j, t in enumerate(outputs)
-                   if clone is not None and j not in clone}
+        seen = set(range(len(outputs))) if clone is None else set(clone)
+        aliased = {("o", j): t for j, t in enumerate(outputs) if j not in seen}
         aliased.update({("i", i): static_inputs[i] for i in sorted(copied & set(saved_args))})
         # Tensors without memory (no elements: the allocator's address 0) stay out of the span,
         # which they would stretch to address 0; they are handed out as clones (no kernel).
         empty = {k for k, t in aliased.items() if t.untyped_storage().data_ptr() == 0}
         self.empty_inputs = [k[1] for k in empty if k[0] == "i"]
         aliased = {k: t for k, t in aliased.items() if k not in empty}
-        self.span_ptr, self.span_bytes, metas = _span_metas(aliased)
-        self.device = next(iter(aliased.values())).device if aliased else None
-        # Per output: its metadata on the generation's storage, or None (returned as a clone).
+        self.span_ptr, self.span_bytes, metas = span_metas(aliased)
+        self.device = next(iter(outputs)).device if outputs else None
+        # Per output: its metadata on the generation's storage, or None (returned as a clone
+        # or kept, below).
         self.out_meta = [metas.get(("o", j)) for j in range(len(outputs))]
         self.in_meta = {k[1]: m for k, m in metas.items() if k[0] == "i"}
+        # The outputs the caller sees, kept valid past the next replay (KeptOutputs), where
+        # they may be; the others among them are returned as clones.
+        self.kept = KeptOutputs(outputs, seen, static_inputs,
+                                tensors_may_move=kind == "inference")
         self.addresses: list[int | None] = []  # in-place inputs' addresses at capture
         self.live: StorageWeakRef | None = None  # the last generation's storage
         self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
@@ -144,13 +128,25 @@ class _Capture:
         # instead (as Inductor marks its own: the mark is on each tensor, not on its memory).
         self.overwrite = overwrite
 
+    def __del__(self):
+        # The pool's memory goes with the capture: the outputs the caller still holds move
+        # out first; gradients and saved values (one storage over pool blocks and input
+        # buffers, which may lie far apart: not one range to copy) keep the memory instead.
+        try:
+            memory = (self.outputs, self.static_inputs)
+            self.kept.retire(memory)
+            if self.live is not None and not self.live.expired():
+                keep_until_dropped([self.live], memory)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def same_addresses(self, inputs: Sequence[torch.Tensor], positions: list[int]) -> bool:
         """Whether the inputs read in place (`positions`) are where they were at capture."""
-        if _ptrs_equal is not None:
-            return _ptrs_equal(inputs, self.addresses, positions)
-        return all(inputs[i].data_ptr() == self.addresses[i] for i in positions)
+        return same_addresses(inputs, self.addresses, positions)
 
     def busy(self) -> bool:
+        if not self.kept.movable():  # the caller holds a view that cannot move (KeptOutputs)
+            return True
         if self.consumed or self.overwrite or self.live is None:
             return False
         return not self.live.expired()
@@ -164,10 +160,13 @@ class _Capture:
                 torch._C._set_storage_access_error_msg(t, msg)
         self.handed = []
 
-    def mark_stale(self) -> None:
-        """Before a replay that may overwrite this capture's outputs: reading them raises."""
+    def before_overwrite(self) -> int:
+        """Before a replay that may overwrite this capture's outputs: outputs handed out as
+        overwritable become stale (reading them raises), kept ones still held move out of the
+        pool (returns how many storages moved)."""
         if self.overwrite:
             self._mark_handed(OVERWRITTEN)
+        return self.kept.move_out()
 
     def new_generation(self) -> tuple[list, dict[int, torch.Tensor], StorageWeakRef | None]:
         """(outputs, input copies by position, the generation's storage) for the replay just
@@ -176,15 +175,16 @@ class _Capture:
             # Held only by spent autograd contexts (busy() said so): reading them again would
             # give the newer call's numbers, so make it an error instead.
             self._mark_handed(STALE)
+        kept = self.kept.hand_out()
         if not self.span_bytes:
             self.live, self.handed = None, []
-            return ([t.clone() for t in self.outputs],
-                    {i: self.static_inputs[i].clone() for i in self.empty_inputs}, None)
+            outs = [kept[j] if j in kept else t.clone() for j, t in enumerate(self.outputs)]
+            return outs, {i: self.static_inputs[i].clone() for i in self.empty_inputs}, None
         storage = torch._C._construct_storage_from_data_pointer(self.span_ptr, self.device,
                                                                self.span_bytes)
-        build = torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata
-        outs = [t.clone() if m is None else build(m, storage)
-                for t, m in zip(self.outputs, self.out_meta)]
+        build = build_tensor
+        outs = [kept[j] if j in kept else t.clone() if m is None else build(m, storage)
+                for j, (t, m) in enumerate(zip(self.outputs, self.out_meta))]
         inputs = {i: build(m, storage) for i, m in self.in_meta.items()}
         inputs.update({i: self.static_inputs[i].clone() for i in self.empty_inputs})
         self.live = StorageWeakRef(storage)
@@ -225,11 +225,10 @@ class CapturePool:
                 return f"{who} has live outputs"
         return None
 
-    def before_replay(self, c: _Capture) -> None:
-        """c replays now: overwritable outputs of captures from c on (which may lie in memory c
-        uses) become stale."""
-        for d in self.captures[c.order:]:
-            d.mark_stale()
+    def before_replay(self, c: _Capture) -> int:
+        """c replays now: the outputs handed out by captures from c on (which may lie in memory
+        c uses) become stale or move out of the pool; returns how many storages moved."""
+        return sum(d.before_overwrite() for d in self.captures[c.order:])
 
     def handed_out(self, c: _Capture, ref: StorageWeakRef | None) -> None:
         if not c.forward:
@@ -416,7 +415,9 @@ class PooledReplayer:
     def _replay(self, c: _Capture, inputs: Sequence[torch.Tensor]) -> list:
         for i in c.copied_list:
             c.static_inputs[i].copy_(inputs[i])
-        self.pool.before_replay(c)
+        moved = self.pool.before_replay(c)
+        if moved:
+            self.events["outputs moved out of the pool"] += moved
         c.graph.replay()
         self.replays += 1
         for i in self.mutated:

@@ -115,3 +115,32 @@ def test_a_capture_slower_than_ordinary_calls_is_dropped(monkeypatch):
     (r,) = _replayers()
     assert r.graph is None and r.disabled.startswith("ordinary calls are as fast")
     assert r.timings is not None and r.captures == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_outputs_held_past_a_replay_or_a_dropped_graph_keep_their_values(monkeypatch):
+    """The default mode's replays hand out the graph's own output memory: an output still
+    held at the next replay moves out first, and so does one held when the capture is dropped
+    (a parameter moved to new memory)."""
+    monkeypatch.setattr(cuda_graphs, "KEEP_IF_BELOW", float("inf"))  # keep it, however timed
+    model = _mlp()
+    torch._dynamo.reset()
+    backend._graph_fns.clear()
+    compiled = torch.compile(model, backend="coil", options={"strict": True})
+    tol = dict(rtol=1e-4, atol=1e-4)
+    xs = [torch.randn(8, 64, device="cuda") for _ in range(WARMUP_CALLS + 4)]
+    with torch.no_grad():
+        held = [(compiled(x), model(x)) for x in xs]  # every output held past the next call
+        (r,) = _replayers()
+        assert r.graph is not None and r.captures == 1
+        for got, want in held:
+            torch.testing.assert_close(got, want, **tol)
+        last, want = held[-1]
+        model[0].weight.set_(model[0].weight.clone())  # the capture's parameter moves
+        x = torch.randn(8, 64, device="cuda")
+        torch.testing.assert_close(compiled(x), model(x), **tol)
+        assert r.graph is None or r.captures == 2
+        junk = [torch.full((1 << 20,), float("nan"), device="cuda") for _ in range(16)]
+        torch.testing.assert_close(last, want, **tol)
+        del junk

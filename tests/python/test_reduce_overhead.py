@@ -426,11 +426,11 @@ def test_replay_events_name_each_live_replayer():
 
 
 def test_span_metadata_rebuilds_each_tensor_on_one_storage():
-    """_span_metas (the per-replay outputs of one capture, on one storage object): each
+    """span_metas (the per-replay outputs of one capture, on one storage object): each
     tensor's metadata, read over a storage from the span's first address, gives back the same
     elements; offsets count in the tensor's own element size. (The CUDA constructor is not on
     a CPU; `set_` reads the same fields.)"""
-    from coil.reduce_overhead import _span_metas
+    from coil.graph_memory import span_metas
 
     base = torch.arange(4096, dtype=torch.uint8)
     f32 = base[512:1536].view(torch.float32).view(16, 16)  # 1024 bytes from byte 512
@@ -445,7 +445,7 @@ def test_span_metadata_rebuilds_each_tensor_on_one_storage():
         s = torch._C._construct_storage_from_data_pointer(start, t.device, blocks[k][1])
         offset = (t.data_ptr() - start) // t.element_size()
         parts[k] = torch.empty(0, dtype=t.dtype).set_(s, offset, t.shape, t.stride())
-    lo, nbytes, metas = _span_metas(parts)
+    lo, nbytes, metas = span_metas(parts)
     assert lo == base.data_ptr() + 512 and nbytes == 3584 - 512
     span = torch._C._construct_storage_from_data_pointer(lo, base.device, nbytes)
     for k, t in tensors.items():
@@ -455,3 +455,122 @@ def test_span_metadata_rebuilds_each_tensor_on_one_storage():
         assert got.data_ptr() == t.data_ptr() and got.stride() == t.stride(), k
         as_bytes = [x.contiguous().view(torch.uint8) for x in (got, t)]  # NaNs compare as bits
         assert torch.equal(*as_bytes), k
+
+
+@pytest.mark.parametrize("by_storage", [True, False])
+def test_kept_outputs_move_out_of_the_pool_only_while_held(by_storage, monkeypatch):
+    """KeptOutputs (outputs the caller sees, handed out as the pool's memory): before a
+    replay overwrites the pool, a storage still held moves to new memory with its bytes, so
+    the outputs keep their values; a dropped one costs nothing. Outputs sharing a pool block
+    share one storage, and still do after the move; a static input's memory is not the
+    pool's. Swapping the storage's memory (PyTorch >= 2.12) also moves the views the caller
+    took; swapping the outputs' contents (older PyTorch) cannot, so a storage with a view on it
+    is not movable, and when its capture goes the pool's memory stays until the view is
+    dropped. (On the CPU: the same storage calls as on a GPU.)"""
+    import gc
+    import weakref
+
+    from coil import graph_memory
+    from coil.graph_memory import KeptOutputs
+
+    if by_storage and not graph_memory._swap_storage:
+        pytest.skip("this PyTorch cannot swap a storage's memory")
+    monkeypatch.setattr(graph_memory, "_swap_storage", by_storage)
+    pool_a, pool_b = torch.arange(16.0), torch.arange(100.0, 108.0)  # two pool blocks
+    param = torch.ones(4)
+    outputs = [pool_a[:8].view(2, 4), pool_a[4:12], pool_b, param, torch.empty(0)]
+    kept = KeptOutputs(outputs, {0, 1, 2, 3, 4}, static_inputs=[param])
+    assert sorted(len(metas) for _, _, metas in kept.blocks) == [1, 2]
+    outs = kept.hand_out()
+    assert sorted(outs) == [0, 1, 2]  # the parameter and the empty output are cloned
+    assert outs[0].untyped_storage()._cdata == outs[1].untyped_storage()._cdata
+    for j in outs:
+        assert outs[j].data_ptr() == outputs[j].data_ptr()
+        assert torch.equal(outs[j], outputs[j])
+    want = {j: t.clone() for j, t in outs.items()}
+    held = dict(outs)
+    del outs
+    assert kept.movable()
+    assert kept.move_out() == 2  # both blocks are held
+    pool_a.fill_(-1.0)  # the next replay overwrites the pool
+    pool_b.fill_(-1.0)
+    for j, t in held.items():
+        assert torch.equal(t, want[j]) and t.data_ptr() != outputs[j].data_ptr(), j
+    held[1][0] = 42.0  # the two outputs of block a still share their (new) memory
+    assert held[0][1, 0] == 42.0
+    del held
+    outs = kept.hand_out()  # the next replay's outputs are the pool's memory again
+    assert outs[2].data_ptr() == pool_b.data_ptr() and torch.equal(outs[2], pool_b)
+    del outs
+    assert kept.move_out() == 0  # dropped before the next replay: nothing to move
+
+    row = kept.hand_out()[0][1]  # a view of a kept output, held alone
+    want_row = row.clone()
+    assert kept.movable() == by_storage
+    memory = [torch.arange(16.0)]
+    memory_ref = weakref.ref(memory[0])
+    kept.retire(memory)  # the capture goes
+    del memory
+    gc.collect()
+    if by_storage:  # the view moved with its storage; the pool's memory may go
+        assert memory_ref() is None and row.data_ptr() != pool_a[4:].data_ptr()
+    else:  # the view is on the pool's memory, kept while the view is held
+        assert memory_ref() is not None and row.data_ptr() == pool_a[4:].data_ptr()
+        pool_a[4:8].copy_(want_row)
+    assert torch.equal(row, want_row)
+    del row
+    graph_memory.keep_until_dropped([], None)  # prunes what nothing holds any more
+    gc.collect()
+    assert memory_ref() is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_outputs_held_past_the_next_call_move_out_of_the_pool():
+    """Returned outputs are the pool's memory: one still held when the next replay would
+    overwrite it moves out first, one dropped in time costs nothing, a view taken of one moves
+    with it (PyTorch >= 2.12) or keeps the replay from overwriting it (a new capture), and one
+    held after the compiled model is gone keeps its values."""
+    import gc
+
+    from coil import graph_memory
+
+    _fresh()
+    model = _mlp().eval()
+    compiled = torch.compile(model, backend="coil", mode="reduce-overhead")
+    moved = "outputs moved out of the pool"
+    xs = [torch.randn(8, 64, device="cuda") for _ in range(10)]
+    tol = dict(rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        want = [model(x) for x in xs]
+        for x in xs[:3]:
+            compiled(x)  # an ordinary call, the capture, a replay: each dropped at once
+        (r,) = _replayers()
+        assert r.replays >= 2 and r.events[moved] == 0, _states()
+        held = compiled(xs[3])
+        nxt = compiled(xs[4])  # overwrites the pool: `held` moves out first
+        assert r.events[moved] == 1, _states()
+        torch.testing.assert_close(held, want[3], **tol)
+        torch.testing.assert_close(nxt, want[4], **tol)
+        view = nxt[2:5, 1:]
+        del held, nxt
+        got = compiled(xs[5])  # only a view of the last output is held
+        torch.testing.assert_close(view, want[4][2:5, 1:], **tol)
+        torch.testing.assert_close(got, want[5], **tol)
+        if graph_memory._swap_storage:
+            assert r.events[moved] == 2 and r.num_captures == 1, _states()
+        else:
+            assert r.events[moved] == 1 and r.num_captures == 2, _states()
+        del view, got
+        count = r.events[moved]
+        for x, w in zip(xs[6:9], want[6:9]):
+            torch.testing.assert_close(compiled(x), w, **tol)
+        assert r.events[moved] == count, _states()  # nothing held: nothing moved
+        last = compiled(xs[9])
+    del r, compiled
+    _fresh()
+    gc.collect()
+    junk = [torch.full((1 << 20,), float("nan"), device="cuda") for _ in range(16)]
+    torch.testing.assert_close(last, want[9], **tol)
+    del junk
+
