@@ -348,6 +348,15 @@ std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
     if (in.kind == InstrKind::Exp) return "coil::fast::exp(" + tmp(in.operands[0]) + ")";
     if (in.kind == InstrKind::Div)
       return "coil::fast::div(" + tmp(in.operands[0]) + ", " + tmp(in.operands[1]) + ")";
+    if (in.kind == InstrKind::Reciprocal) {
+      // BatchNorm's inference decomposition divides by sqrt(var + eps) per element: one
+      // approximate reciprocal square root (rsqrtf, 2 ulp) instead of an IEEE square root and
+      // an IEEE division, a dozen instructions each (the sqrt, left unread, is dropped).
+      const Instr& x = b.instrs[in.operands[0]];
+      if (x.kind == InstrKind::Sqrt && x.dtype == DType::Float32)
+        return "coil::m::rsqrt(" + tmp(x.operands[0]) + ")";
+      return "coil::fast::div(1.0f, " + tmp(in.operands[0]) + ")";
+    }
   }
   ScalarExprHooks h;
   h.value = [&](InstrId i) { return tmp(i); };

@@ -671,6 +671,29 @@ TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
   expect_compiles(bf_src);
 }
 
+// BatchNorm's inference form divides by sqrt(var + eps): in a bf16 kernel one approximate
+// reciprocal square root, in a float32 one the IEEE square root and division.
+TEST(EmitCuda, FastMathTakesReciprocalSqrtAsRsqrt) {
+  auto graph = [](const std::string& dt) {
+    return "graph(%0: f32[8, 64]@cuda, %1: f32[64]@cuda):\n"
+           "  %2: f32[64]@cuda = aten.add.Tensor(%1, 1e-05)\n"
+           "  %3: f32[64]@cuda = aten.sqrt.default(%2)\n"
+           "  %4: f32[64]@cuda = aten.reciprocal.default(%3)\n"
+           "  %5: f32[8, 64]@cuda = aten.mul.Tensor(%0, %4)\n"
+           "  %6: " +
+           dt + "[8, 64]@cuda = prims.convert_element_type.default(%5, dtype(" + dt +
+           "))\n"
+           "  return (%6)\n";
+  };
+  const std::string bf = code_of(graph("bf16"));
+  EXPECT_NE(bf.find("coil::m::rsqrt("), std::string::npos) << bf;
+  EXPECT_EQ(bf.find("coil::m::reciprocal("), std::string::npos) << bf;
+  const std::string f = code_of(graph("f32"));
+  EXPECT_EQ(f.find("coil::m::rsqrt("), std::string::npos) << f;
+  EXPECT_NE(f.find("coil::m::reciprocal("), std::string::npos) << f;
+  expect_compiles(emit_graph(graph("bf16")));
+}
+
 // Attention's head split realized for a bmm: the copy runs over [b*h, t, e] and reads
 // 1024*(x0 / 4) + 64*(x0 % 4) + ...: no single stride along x0, but every start is a multiple of
 // 8 bf16 elements, so the vector entry point exists.
