@@ -49,6 +49,7 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_row_entry": str,
     "cuda_online_softmax": bool,
     "cuda_fast_math": bool,
+    "cuda_fast_math_f32": bool,
     # CUDA products: coil's GEMM template where it measured faster than cuBLASLt (the
     # max-autotune modes turn it on); cuda_gemm_force runs one tile configuration (tests).
     "cuda_gemm_templates": bool,

@@ -458,3 +458,22 @@ def test_no_gpu_gives_a_one_line_reason():
     text = "graph(%0: f32[4]@cuda):\n  %1: f32[4]@cuda = aten.exp.default(%0)\n  return (%1)\n"
     with pytest.raises(C.CompileError, match="no CUDA backend"):
         C.compile(text, {"cache_dir": ""}, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fast_math_in_float32_kernels():
+    """Option cuda_fast_math_f32: float32 kernels take the approximate exp, sigmoid, division
+    and reciprocal square root (as Triton's kernels do in every dtype); a few ulp of float,
+    within float32's tolerance, with infinities and NaN kept."""
+    x = _randn(64, 1000) * 8
+    x[0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), -100.0])
+    v = torch.rand(1000, device="cuda") + 0.1
+
+    def f(x, v):
+        return (F.silu(x), torch.softmax(x, -1), torch.sigmoid(x) / (x.abs() + 1),
+                x * torch.reciprocal(torch.sqrt(v + 1e-5)))
+
+    got, want = _run(f, x, v, options={"cuda_fast_math_f32": True})
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-5, atol=1e-6, equal_nan=True)

@@ -148,6 +148,7 @@ COIL_INLINE float div(float a, float b) {
   asm("div.full.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
   return y;
 }
+COIL_INLINE float sigmoid(float x) { return div(1.0f, 1.0f + exp(-x)); }
 }  // namespace fast
 
 namespace m {

@@ -20,8 +20,13 @@ CudaKernel KernelEmitter::emit() {
     return !n->is_reduction() && n->ranges.size() == k;
   });
   idx_t_ = fits_32bit() ? "int" : "int64_t";
+  // Approximate float math where every stored output is bf16/f16 (its rounding dwarfs a few
+  // ulp of float), and with cuda_fast_math_f32 where they are f32 too, as Triton computes
+  // (Inductor's exp, sigmoid and division are the approximate instructions in every dtype).
   fast_math_ = options_.cuda_fast_math && std::all_of(nodes_.begin(), nodes_.end(), [&](auto* n) {
-                 return locals_.count(n->out) || is_low_precision(buf(n->out).dtype);
+                 const DType d = buf(n->out).dtype;
+                 return locals_.count(n->out) || is_low_precision(d) ||
+                        (options_.cuda_fast_math_f32 && d == DType::Float32);
                });
   header_comment();
   if (pointwise) {
@@ -346,6 +351,7 @@ std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
   const Instr& in = b.instrs[id];
   if (fast_math_ && in.dtype == DType::Float32) {
     if (in.kind == InstrKind::Exp) return "coil::fast::exp(" + tmp(in.operands[0]) + ")";
+    if (in.kind == InstrKind::Sigmoid) return "coil::fast::sigmoid(" + tmp(in.operands[0]) + ")";
     if (in.kind == InstrKind::Div)
       return "coil::fast::div(" + tmp(in.operands[0]) + ", " + tmp(in.operands[1]) + ")";
     if (in.kind == InstrKind::Reciprocal) {

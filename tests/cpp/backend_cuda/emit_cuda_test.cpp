@@ -605,7 +605,7 @@ TEST(EmitCuda, SoftmaxSumLeavesExpInRowCache) {
       "  return (%1)\n");
   EXPECT_NE(sm.find("if constexpr (CC) W0_.v[u_] = v"), std::string::npos) << sm;
   EXPECT_NE(sm.find("if constexpr (RC) rc0_[e_] = W0_;"), std::string::npos) << sm;
-  EXPECT_NE(sm.find(" = CC ? L0.v[u_] : coil::m::exp("), std::string::npos) << sm;
+  EXPECT_NE(sm.find(" = CC ? L0.v[u_] : coil::fast::exp("), std::string::npos) << sm;
   // Rows of 2048 floats are 256 bytes a lane in _wv: no register cache there, but 16 in a
   // block of 512 threads, the _br entry point (its launch bounds: the block it must run with,
   // 3 blocks an SM).
@@ -663,16 +663,30 @@ TEST(EmitCuda, FastMathOnlyForLowPrecisionOutputs) {
   EXPECT_NE(bf.find("coil::fast::exp("), std::string::npos) << bf;
   EXPECT_NE(bf.find("coil::fast::div("), std::string::npos) << bf;
   EXPECT_EQ(bf.find("coil::m::exp("), std::string::npos) << bf;
-  CudaSource f32 = emit_graph(graph("f32"));
+  CompileOptions exact;  // option cuda_fast_math_f32 off: float32 kernels keep IEEE math
+  exact.cuda_fast_math_f32 = false;
+  CudaSource f32 = emit_graph(graph("f32"), exact);
   const std::string f = backend::cuda::strip_prelude(f32.code);
   EXPECT_EQ(f.find("coil::fast::"), std::string::npos) << f;
   EXPECT_NE(f.find("coil::m::exp("), std::string::npos) << f;
+  CompileOptions f32_fast;  // on (the default): float32 kernels too, sigmoid included
+  const std::string ff = backend::cuda::strip_prelude(emit_graph(graph("f32"), f32_fast).code);
+  EXPECT_NE(ff.find("coil::fast::exp("), std::string::npos) << ff;
+  EXPECT_EQ(ff.find("coil::m::exp("), std::string::npos) << ff;
+  const std::string sig =
+      backend::cuda::strip_prelude(emit_graph("graph(%0: f32[64]@cuda):\n"
+                                              "  %1: f32[64]@cuda = aten.sigmoid.default(%0)\n"
+                                              "  return (%1)\n",
+                                              f32_fast)
+                                       .code);
+  EXPECT_NE(sig.find("coil::fast::sigmoid("), std::string::npos) << sig;
   CudaSource bf_src = emit_graph(graph("bf16"));
   expect_compiles(bf_src);
 }
 
-// BatchNorm's inference form divides by sqrt(var + eps): in a bf16 kernel one approximate
-// reciprocal square root, in a float32 one the IEEE square root and division.
+// BatchNorm's inference form divides by sqrt(var + eps): one approximate reciprocal square
+// root in a fast-math kernel, the IEEE square root and division in a float32 one with
+// cuda_fast_math_f32 off.
 TEST(EmitCuda, FastMathTakesReciprocalSqrtAsRsqrt) {
   auto graph = [](const std::string& dt) {
     return "graph(%0: f32[8, 64]@cuda, %1: f32[64]@cuda):\n"
@@ -688,9 +702,13 @@ TEST(EmitCuda, FastMathTakesReciprocalSqrtAsRsqrt) {
   const std::string bf = code_of(graph("bf16"));
   EXPECT_NE(bf.find("coil::m::rsqrt("), std::string::npos) << bf;
   EXPECT_EQ(bf.find("coil::m::reciprocal("), std::string::npos) << bf;
-  const std::string f = code_of(graph("f32"));
+  CompileOptions exact;
+  exact.cuda_fast_math_f32 = false;
+  const std::string f = backend::cuda::strip_prelude(emit_graph(graph("f32"), exact).code);
   EXPECT_EQ(f.find("coil::m::rsqrt("), std::string::npos) << f;
   EXPECT_NE(f.find("coil::m::reciprocal("), std::string::npos) << f;
+  const std::string ff = code_of(graph("f32"));  // cuda_fast_math_f32 on
+  EXPECT_NE(ff.find("coil::m::rsqrt("), std::string::npos) << ff;
   expect_compiles(emit_graph(graph("bf16")));
 }
 

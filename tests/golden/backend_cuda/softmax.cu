@@ -61,7 +61,7 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v0 = L0.v[u_];
           const float v1 = buf1_v;
           const float v2 = float(v0 - v1);
-          const float v3 = coil::m::exp(float(v2));
+          const float v3 = coil::fast::exp(v2);
           if constexpr (CC) W0_.v[u_] = v3;
           acc = coil::SumOp::apply(acc, float(v3));
         }
@@ -92,8 +92,8 @@ __device__ __forceinline__ void kernel0_impl(const float* __restrict__ in0, floa
           const float v1 = buf1_v;
           const float v2 = buf2_v;
           const float v3 = float(v0 - v1);
-          const float v4 = CC ? L0.v[u_] : coil::m::exp(float(v3));
-          const float v5 = float(v4 / v2);
+          const float v4 = CC ? L0.v[u_] : coil::fast::exp(v3);
+          const float v5 = coil::fast::div(v4, v2);
           S_.v[u_] = float(v5);
         }
         *(coil::Vec<float, V>*)(buf3 + 16*x0 + i5_0) = S_;
