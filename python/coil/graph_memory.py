@@ -16,8 +16,7 @@ from typing import Any, Sequence
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-__all__ = ["KeptOutputs", "build_tensor", "can_move", "keep_until_dropped", "same_addresses",
-           "span_metas"]
+__all__ = ["KeptOutputs", "build_tensor", "keep_until_dropped", "same_addresses", "span_metas"]
 
 # Compares the addresses of many tensors in one call (CUDA builds of PyTorch; Inductor's
 # CUDA graphs use it the same way).
@@ -69,7 +68,7 @@ _swap_storage = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
 # holds nothing on the storage but the outputs handed out, each takes a copy's contents.
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 _swap_impl = getattr(torch._C, "_swap_tensor_impl", None)
-can_move = _swap_storage or (_use_count is not None and _swap_impl is not None)
+_swap_tensors = _use_count is not None and _swap_impl is not None
 
 
 class KeptOutputs:
@@ -95,7 +94,7 @@ class KeptOutputs:
     def __init__(self, outputs: Sequence[torch.Tensor], seen: set[int],
                  static_inputs: Sequence[torch.Tensor], tensors_may_move: bool = True):
         self.by_storage = _swap_storage
-        usable = _swap_storage or (can_move and tensors_may_move)
+        usable = _swap_storage or (_swap_tensors and tensors_may_move)
         foreign = {t.untyped_storage().data_ptr() for t in static_inputs}
         blocks: dict[int, dict[int, torch.Tensor]] = {}
         for j in sorted(seen) if usable else ():
@@ -179,12 +178,10 @@ def _fresh_copy(ref: StorageWeakRef) -> tuple[torch.UntypedStorage, torch.Untype
     return storage, fresh
 
 
-def _move_storage(ref: StorageWeakRef | None) -> bool:
+def _move_storage(ref: StorageWeakRef) -> bool:
     """Moves the storage `ref` names, if still alive, out of the memory it is over: a new
     allocation gets a copy of its bytes and the storage's memory is swapped for it, so every
-    tensor on it keeps its values. Returns whether it moved (PyTorch >= 2.12 only)."""
-    if ref is None or not _swap_storage:
-        return False
+    tensor on it keeps its values (PyTorch >= 2.12). Returns whether it moved."""
     pair = _fresh_copy(ref)
     if pair is None:
         return False

@@ -174,10 +174,10 @@ class CoilOptions:
     # Captures per graph in that mode (one per distinct input sizes, more where earlier ones'
     # outputs are still held); past it, calls run without a CUDA graph.
     cuda_graph_max_captures: int = 8
-    # That mode's inference graphs return their outputs as copies, which stay valid after the
-    # next call (GPT-2's logits: two device copies, 0.13 ms of a 2.6 ms step on the H200). Off,
-    # they are the pool's memory, as Inductor's mode returns them: the next replay overwrites
-    # them, and reading one after it raises.
+    # That mode's inference outputs stay valid after the next call: handed out as the pool's
+    # memory, they are moved to a copy when a replay would overwrite them while still held
+    # (graph_memory.KeptOutputs). Off, they are the pool's memory as Inductor's mode returns
+    # them: the next replay overwrites them, and reading one after it raises.
     cuda_graph_output_copies: bool = True
     # Remaining CompileOptions fields that were set explicitly (others keep C++ defaults).
     extra: tuple[tuple[str, Any], ...] = ()

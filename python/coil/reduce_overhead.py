@@ -110,7 +110,7 @@ class _Capture:
         self.empty_inputs = [k[1] for k in empty if k[0] == "i"]
         aliased = {k: t for k, t in aliased.items() if k not in empty}
         self.span_ptr, self.span_bytes, metas = span_metas(aliased)
-        self.device = next(iter(outputs)).device if outputs else None
+        self.device = next(iter(aliased.values())).device if aliased else None
         # Per output: its metadata on the generation's storage, or None (returned as a clone
         # or kept, below).
         self.out_meta = [metas.get(("o", j)) for j in range(len(outputs))]
