@@ -96,6 +96,20 @@ def test_tiled_many_transposed_inputs_and_head_split():
     _check(kt, qkv, dtype=torch.bfloat16)
 
 
+# A dim merged from two ([batch, seq] into rows) reads the unmerged layout through div and mod:
+# attention's head merge takes vectors within runs of the head size (64: 4 or 8 a thread, 6: 2,
+# 5: none), and a [batch, hidden, seq] tensor transposed into [batch * seq, hidden] rows takes
+# tiles within runs of seq (64: 64-wide tiles for 2-byte elements, 96: 32-wide only).
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head,seq", [(64, 64), (6, 96), (5, 48)])
+def test_merged_dims_read_as_vectors_and_tiles(dtype, head, seq):
+    x = _randn(2, 4, seq, head, dtype=dtype)
+    _check(lambda a: a.permute(0, 2, 1, 3).reshape(2 * seq, 4 * head) * 0.5, x, dtype=dtype)
+    y = _randn(2, 4 * head, seq, dtype=dtype)
+    _check(lambda a: a.transpose(1, 2).reshape(2 * seq, 4 * head) * 0.5 + 1, y, dtype=dtype)
+
+
 @pytest.mark.gpu
 def test_pointwise_unaligned_view():
     x = _randn(4097)

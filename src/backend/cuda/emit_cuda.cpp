@@ -33,7 +33,7 @@ std::unordered_set<std::string> renamable_names(const loop::LoopProgram& p,
                                                 const CudaKernel& info) {
   std::unordered_set<std::string> names;
   for (const char* suffix :
-       {"", "_impl", "_s", "_v", "_w", "_b", "_wv", "_bv", "_c", "_br", "_cv", "_cv_impl"})
+       {"", "_impl", "_s", "_v", "_t", "_w", "_b", "_wv", "_bv", "_c", "_br", "_cv", "_cv_impl"})
     names.insert(k.name + suffix);
   auto add_buffer = [&](BufferId b) {
     names.insert(p.buffer(b).name);

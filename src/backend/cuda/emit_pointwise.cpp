@@ -42,12 +42,52 @@ std::optional<int64_t> KernelEmitter::stride_along(Expr flat, Expr var) {
   return ctx_.as_const(d);
 }
 
+// A dim merged from two (attention's [batch, seq] rows of a [batch * seq, hidden] matrix) reads
+// a tensor laid out by the unmerged dims through div and mod: 393216*(x0 / 512) + x0 % 512
+// steps by one except where x0 crosses a multiple of 512. Written as var = block*q + r with
+// 0 <= r < block - 1, the simplifier turns (block*q + r) / 512 into q / (512 / block) where
+// block divides 512, and the stride along r is then constant: it is the stride inside each
+// run of `block` values, all a vector's lanes or a tile's edge see when their runs are aligned.
+std::optional<int64_t> KernelEmitter::stride_within(Expr flat, Expr var, int64_t block) {
+  if (auto s = stride_along(flat, var)) return s;
+  if (block < 2) return std::nullopt;
+  Expr q = ctx_.symbol("run_q_", sym::Range{0, int64_t{1} << 40});
+  Expr r = ctx_.symbol("run_r" + std::to_string(block) + "_", sym::Range{0, block - 2});
+  Expr start = ctx_.mul(ctx_.constant(block), q);
+  return stride_along(ctx_.substitute(flat, {{var, ctx_.add(start, r)}}), r);
+}
+
+namespace {
+constexpr int kMaxVectorLanes = 8;  // elements per thread of a vector entry point, at most
+}  // namespace
+
 // Elements per thread of the vector entry point, or 0. Every access must step by 0 or 1
-// along the innermost dim, the stride-1 ones starting at a multiple of the vector width
-// (other strides and offsets constant multiples of it), and the innermost extent a multiple.
+// along the innermost dim, at least within the aligned runs of the vector's width (a merged
+// dim: stride_within), the stride-1 ones starting at a multiple of the vector width (other
+// strides and offsets constant multiples of it), and the innermost extent a multiple.
 int KernelEmitter::vector_width(size_t inner) {
   int max_size = 0;
-  std::vector<std::pair<BufferId, Expr>> accesses;
+  // Stride-1 accesses: the buffer, the flat index and the node's inner variable.
+  struct Access {
+    BufferId b;
+    Expr flat, var;
+  };
+  std::vector<Access> accesses;
+  // The widest vector a merged dim's runs allow (stride_within): its lanes stay in one run.
+  int run_cap = kMaxVectorLanes;
+  // The stride of an access along `var` within runs of `run_cap` elements, narrowing the cap
+  // to the widest run where the stride is 0 or 1.
+  auto run_stride = [&](Expr flat, Expr var) -> std::optional<int64_t> {
+    if (auto s = stride_along(flat, var)) return s;
+    for (int b = run_cap; b >= 2; b /= 2) {
+      auto s = stride_within(flat, var, b);
+      if (s && (*s == 0 || *s == 1)) {
+        run_cap = b;
+        return s;
+      }
+    }
+    return std::nullopt;
+  };
   // The vector entry point loads every member's inputs before any member stores: a member
   // reading what another member of the kernel stores (a clone of a realized output, GPT-2's
   // causal mask saved twice) would read the buffer before it is written. Where it reads back
@@ -78,36 +118,39 @@ int KernelEmitter::vector_width(size_t inner) {
       const bool masked = in.mask >= 0 && !always_in_bounds(in);
       if (masked && !mask_invariant(n->body, in.mask, var)) return 0;
       Expr flat = flat_index(in.buffer, in.index);
-      auto s = stride_along(flat, var);
+      auto s = run_stride(flat, var);
       if (!s || (*s != 0 && *s != 1)) return 0;
       if (*s != 1) continue;
-      accesses.push_back({in.buffer, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      accesses.push_back({in.buffer, flat, var});
       if (masked || loaded.insert(shared_load_key(in.buffer, flat)).second)
         bytes += dtype_size(buf(in.buffer).dtype);
     }
     if (!locals_.count(n->out)) {
       Expr flat = flat_index(n->out, n->store_index);
-      if (stride_along(flat, var) != std::optional<int64_t>(1)) return 0;
-      accesses.push_back({n->out, ctx_.substitute(flat, {{var, ctx_.zero()}})});
+      if (run_stride(flat, var) != std::optional<int64_t>(1)) return 0;
+      accesses.push_back({n->out, flat, var});
       bytes += dtype_size(buf(n->out).dtype);
     }
   }
   if (accesses.empty()) return 0;
-  for (auto& [b, start] : accesses) max_size = std::max(max_size, dtype_size(buf(b).dtype));
+  for (const Access& a : accesses) max_size = std::max(max_size, dtype_size(buf(a.b).dtype));
   // Every vector load is held in registers before the first element is computed, and every
   // store until the last: a depthwise convolution's taps and weights (22 bf16 loads for 3x3,
   // over 100 for 7x7) at 8 elements each spilled to local memory under the 1024-thread launch
   // bound and ran 3-10x slower than the scalar loop on the H200. So the width also keeps the
   // vectors within kMaxVectorBytes per thread.
   constexpr int kMaxVectorBytes = 128;
-  int vec = std::min(8, 16 / max_size);
+  int vec = std::min({kMaxVectorLanes, 16 / max_size, run_cap});
   while (vec >= 2 && vec * bytes > kMaxVectorBytes) vec /= 2;
   if (vec < 2) return 0;
   auto extent = ctx_.as_const(k_.outer_ranges[inner]);
   if (!extent || *extent % vec != 0) return 0;
+  // Each thread's first element is vec*q along the inner dim.
+  Expr q = ctx_.symbol("run_q_", sym::Range{0, int64_t{1} << 40});
   std::vector<Expr> starts;
-  for (auto& [b, start] : accesses) starts.push_back(start);
-  return starts_aligned(starts, vec) ? vec : 0;
+  for (const Access& a : accesses)
+    starts.push_back(ctx_.substitute(a.flat, {{a.var, ctx_.mul(ctx_.constant(vec), q)}}));
+  return starts_aligned(starts, vec, q) ? vec : 0;
 }
 
 bool KernelEmitter::always_in_bounds(const Instr& load) {
@@ -212,8 +255,9 @@ bool provably_multiple(Expr e, int64_t m) {
 // Whether every start is a multiple of `vec` for every value of the variables of the kernel's
 // members: the start is structurally a multiple, or its constant term and each variable's
 // coefficient are.
-bool KernelEmitter::starts_aligned(const std::vector<Expr>& starts, int vec) {
+bool KernelEmitter::starts_aligned(const std::vector<Expr>& starts, int vec, Expr extra_var) {
   std::vector<Expr> vars;
+  if (extra_var) vars.push_back(extra_var);
   for (const ComputeNode* n : nodes_) {
     vars.insert(vars.end(), n->index_vars.begin(), n->index_vars.end());
     vars.insert(vars.end(), n->reduction_vars.begin(), n->reduction_vars.end());
@@ -308,7 +352,7 @@ void KernelEmitter::emit_pointwise() {
         continue;
       }
       Expr flat = flat_index(in.buffer, in.index);
-      if (stride_along(flat, n.index_vars[inner]) != std::optional<int64_t>(1)) continue;
+      if (stride_within(flat, n.index_vars[inner], vec) != std::optional<int64_t>(1)) continue;
       const std::string key = shared_load_key(in.buffer, flat);
       // A masked load inside its buffer (a BatchNorm's per-channel parameter inlined into
       // each tap of a max-pool window) is one unmasked vector for all its masks: its uses

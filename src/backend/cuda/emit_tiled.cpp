@@ -36,7 +36,7 @@ bool KernelEmitter::transposed_load(const ComputeNode& n, const Instr& in, size_
   if (in.kind != InstrKind::Load || locals_.count(in.buffer) || in.mask >= 0 ||
       in.buffer == p_.rng_state)
     return false;
-  auto s = stride_along(flat_index(in.buffer, in.index), n.index_vars.at(inner));
+  auto s = stride_within(flat_index(in.buffer, in.index), n.index_vars.at(inner), kWarp);
   return !(s && (*s == 0 || *s == 1));
 }
 
@@ -52,7 +52,8 @@ std::optional<size_t> KernelEmitter::tile_dim(size_t inner) {
       if (dim || !transposed_load(*n, in, inner)) continue;
       Expr flat = flat_index(in.buffer, in.index);
       for (size_t d = 0; d < n->index_vars.size(); ++d) {
-        if (d != inner && stride_along(flat, n->index_vars[d]) == std::optional<int64_t>(1)) {
+        if (d != inner &&
+            stride_within(flat, n->index_vars[d], kWarp) == std::optional<int64_t>(1)) {
           dim = d;
           break;
         }
@@ -77,7 +78,8 @@ void KernelEmitter::emit_pointwise_tiled(const std::vector<size_t>& order) {
   // read by several members shares one), keyed by its text with the x<j> loop names.
   struct Tile {
     std::string name, ctype, load;
-    int size;  // bytes per element
+    int size;   // bytes per element
+    bool wide;  // contiguous along `other` in runs of 64 (a 64-wide tile's edge), not only 32
   };
   std::vector<Tile> tiles;
   vec_loads_.clear();
@@ -88,14 +90,16 @@ void KernelEmitter::emit_pointwise_tiled(const std::vector<size_t>& order) {
       const Instr& in = n.body.instrs[i];
       if (!transposed_load(n, in, inner)) continue;
       Expr flat = flat_index(in.buffer, in.index);
-      if (stride_along(flat, n.index_vars[other]) != std::optional<int64_t>(1)) continue;
+      if (stride_within(flat, n.index_vars[other], kWarp) != std::optional<int64_t>(1)) continue;
       const std::string load = buf(in.buffer).name + "[" + idx(flat) + "]";
       auto it = std::find_if(tiles.begin(), tiles.end(), [&](auto& t) { return t.load == load; });
       if (it == tiles.end()) {
         if (tiles.size() == kMaxTiles) continue;  // read from global memory as in _s
         const DType dt = buf(in.buffer).dtype;
+        const bool wide =
+            stride_within(flat, n.index_vars[other], 2 * kWarp) == std::optional<int64_t>(1);
         tiles.push_back(
-            {"t" + std::to_string(tiles.size()) + "_", ctype(dt), load, dtype_size(dt)});
+            {"t" + std::to_string(tiles.size()) + "_", ctype(dt), load, dtype_size(dt), wide});
         it = tiles.end() - 1;
       }
       vec_loads_[{m, static_cast<InstrId>(i)}] = it->name + "[j_][i_]";
@@ -104,7 +108,7 @@ void KernelEmitter::emit_pointwise_tiled(const std::vector<size_t>& order) {
   if (tiles.empty()) return;
   int edge = 64;
   for (const Tile& t : tiles)
-    if (t.size > 2) edge = kWarp;
+    if (t.size > 2 || !t.wide) edge = kWarp;
   info_.tile = edge;
   {
     auto ea = ctx_.as_const(k_.outer_ranges[inner]), eb = ctx_.as_const(k_.outer_ranges[other]);

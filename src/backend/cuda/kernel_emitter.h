@@ -91,6 +91,9 @@ class KernelEmitter {
   // ---------------------------------------------------------------- pointwise kernels
   std::vector<size_t> pointwise_order();
   std::optional<int64_t> stride_along(Expr flat, Expr var);
+  // The stride along `var` between neighbours inside each aligned run of `block` values of
+  // var ([block*q, block*q + block)); stride_along's where that is one constant.
+  std::optional<int64_t> stride_within(Expr flat, Expr var, int64_t block);
   int vector_width(size_t inner);
   // The name of the element a load of `b` at `flat` reads, under the current node's names
   // (set_node_names): two members' loads with one key read the same element.
@@ -102,7 +105,7 @@ class KernelEmitter {
   bool always_in_bounds(const Instr& load);
   std::set<InstrId> mask_chain(const loop::Body& b, InstrId mask);
   void emit_mask(const loop::Body& b, InstrId mask);
-  bool starts_aligned(const std::vector<Expr>& starts, int vec);
+  bool starts_aligned(const std::vector<Expr>& starts, int vec, Expr extra_var = nullptr);
   void emit_member_stores();
   void emit_pointwise();
   // ---------------------------------------------------------------- tiled pointwise (_t)

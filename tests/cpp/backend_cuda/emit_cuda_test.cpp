@@ -737,6 +737,53 @@ TEST(EmitCuda, HeadSplitCopyIsVectorized) {
   expect_compiles(src);
 }
 
+// A dim merged from two ([batch, seq] rows of a [batch * seq, hidden] matrix) reads the
+// unmerged layout through div and mod. Inside aligned runs that divide the merged extent the
+// stride is constant: attention's head merge is read as vectors (runs of the head size), and
+// the [batch, hidden, seq] -> [batch * seq, hidden] transpose of its backward gets tiles.
+TEST(EmitCuda, MergedDimsStepByOneWithinRuns) {
+  auto merge_heads = [](int head) {
+    const int heads = 4, hidden = heads * head;
+    const std::string h = std::to_string(head), n = std::to_string(hidden);
+    return emit_graph(
+        "graph(%0: f32[2, 4, 16, " + h + "]@cuda):\n" + "  %1: f32[2, 16, 4, " + h + "]{" +
+        std::to_string(16 * hidden) + ", " + h + ", " + std::to_string(16 * head) +
+        ", 1}@cuda = aten.permute.default(%0, " + "[0, 2, 1, 3])\n" + "  %2: f32[2, 16, 4, " + h +
+        "]@cuda = aten.clone.default(%1, memory_format=\"torch.contiguous_format\")\n" +
+        "  %3: f32[32, " + n + "]@cuda = aten._unsafe_view.default(%2, [32, " + n + "])\n" +
+        "  %4: f32[32, " + n + "]@cuda = aten.mul.Tensor(%3, 0.5)\n" + "  return (%4)\n");
+  };
+  for (auto [head, vec] : {std::pair{64, 4}, {6, 2}, {5, 0}}) {
+    CudaSource src = merge_heads(head);
+    ASSERT_EQ(src.kernels.size(), 1u);
+    EXPECT_EQ(src.kernels[0].vec, vec) << "head size " << head << "\n"
+                                       << backend::cuda::strip_prelude(src.code);
+    if (vec > 0) expect_compiles(src);
+  }
+  CudaSource t = emit_graph(
+      "graph(%0: f32[8, 768, 512]@cuda):\n"
+      "  %1: f32[8, 512, 768]{393216, 1, 512}@cuda = aten.permute.default(%0, [0, 2, 1])\n"
+      "  %2: f32[8, 512, 768]@cuda = aten.clone.default(%1, "
+      "memory_format=\"torch.contiguous_format\")\n"
+      "  %3: f32[4096, 768]@cuda = aten._unsafe_view.default(%2, [4096, 768])\n"
+      "  %4: f32[4096, 768]@cuda = aten.mul.Tensor(%3, 0.35)\n"
+      "  return (%4)\n");
+  ASSERT_EQ(t.kernels.size(), 1u);
+  EXPECT_EQ(t.kernels[0].tile, 32) << backend::cuda::strip_prelude(t.code);
+  expect_compiles(t);
+  // Runs of 48 hold a 32-wide tile's edge only where it does not cross one: no tile.
+  CudaSource odd = emit_graph(
+      "graph(%0: f32[8, 96, 48]@cuda):\n"
+      "  %1: f32[8, 48, 96]{4608, 1, 48}@cuda = aten.permute.default(%0, [0, 2, 1])\n"
+      "  %2: f32[8, 48, 96]@cuda = aten.clone.default(%1, "
+      "memory_format=\"torch.contiguous_format\")\n"
+      "  %3: f32[384, 96]@cuda = aten._unsafe_view.default(%2, [384, 96])\n"
+      "  %4: f32[384, 96]@cuda = aten.mul.Tensor(%3, 0.35)\n"
+      "  return (%4)\n");
+  ASSERT_EQ(odd.kernels.size(), 1u);
+  EXPECT_EQ(odd.kernels[0].tile, 0) << backend::cuda::strip_prelude(odd.code);
+}
+
 // Repeated layers: kernels equal up to the names of their buffers and variables are compiled
 // once; a kernel that differs (another constant, another op) keeps its own code.
 TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
@@ -775,6 +822,19 @@ TEST(EmitCuda, KernelsEqualUpToNamesShareOneCompiledCopy) {
   EXPECT_GT(vsrc.kernels[0].vec, 0);
   EXPECT_TRUE(vsrc.kernels[0].entry.empty());
   EXPECT_EQ(vsrc.kernels[1].entry, vsrc.kernels[0].name) << backend::cuda::strip_prelude(vsrc.code);
+  // Tiled kernels (their _t entry) alike: two equal transposes, a product between them.
+  CudaSource tsrc = emit_graph(
+      "graph(%0: f32[64, 64]@cuda, %1: f32[64, 64]@cuda):\n"
+      "  %2: f32[64, 64]{1, 64}@cuda = aten.permute.default(%0, [1, 0])\n"
+      "  %3: f32[64, 64]@cuda = aten.mul.Tensor(%2, 2)\n"
+      "  %4: f32[64, 64]@cuda = aten.mm.default(%3, %1)\n"
+      "  %5: f32[64, 64]{1, 64}@cuda = aten.permute.default(%4, [1, 0])\n"
+      "  %6: f32[64, 64]@cuda = aten.mul.Tensor(%5, 2)\n"
+      "  return (%6)\n");
+  const std::string tcode = backend::cuda::strip_prelude(tsrc.code);
+  ASSERT_EQ(tsrc.kernels.size(), 2u) << tcode;
+  EXPECT_GT(tsrc.kernels[0].tile, 0) << tcode;
+  EXPECT_EQ(tsrc.kernels[1].entry, tsrc.kernels[0].name) << tcode;
 }
 
 TEST(LaunchHeuristics, WarpRowsBlockRowsAndVectors) {
