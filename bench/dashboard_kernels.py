@@ -219,10 +219,13 @@ def main() -> None:
                       for v, t in best.items()))
     # What coil's captured graphs did on each call (every coil variant's together): a graph
     # that captured anew or ran ordinarily in the timed steps was launch-bound there.
-    from coil.reduce_overhead import replay_events
+    from coil.reduce_overhead import capture_traffic, replay_events
 
     for name, ev in replay_events():
         print(f"  coil CUDA graph {name}: " + ", ".join(f"{k} {n}" for k, n in sorted(ev.items())))
+    for name, lines in capture_traffic():
+        for line in lines:
+            print(f"    {name} {line}")
     # Peak memory of one step above what was live before it (parameters, inputs, the
     # optimizer's state): in training mostly what the forward saves for the backward.
     # (Not under reduce-overhead: a captured graph's memory comes from its pool, allocated at

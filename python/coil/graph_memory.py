@@ -83,18 +83,17 @@ class KeptOutputs:
     nothing, where a copy per call (the clone Inductor's mode avoids by letting the next
     replay overwrite it) cost GPT-2's inference 6% of its step.
 
-    Where PyTorch cannot swap a storage's memory (before 2.12), the outputs handed out take
-    the contents of tensors over the copy instead (their autograd data would go with them, so
-    only for graphs without gradients: `tensors_may_move`), which leaves out any view the
-    caller took: a storage with more holders than those outputs cannot move (movable()), and
-    the replay must not overwrite it. Outputs of memory that is not the pool's own (a static
+    Where PyTorch cannot swap a storage's memory (before 2.12), the outputs handed out are
+    set onto the copy instead (_move_tensors), which leaves out any view the caller took: a
+    storage with more holders than those outputs cannot move (movable()), and the replay must
+    not overwrite it. Outputs of memory that is not the pool's own (a static
     input's) and empty ones are returned as clones, and all of them where neither way is
     available."""
 
     def __init__(self, outputs: Sequence[torch.Tensor], seen: set[int],
-                 static_inputs: Sequence[torch.Tensor], tensors_may_move: bool = True):
+                 static_inputs: Sequence[torch.Tensor]):
         self.by_storage = _swap_storage
-        usable = _swap_storage or (_swap_tensors and tensors_may_move)
+        usable = _swap_storage or _swap_tensors
         foreign = {t.untyped_storage().data_ptr() for t in static_inputs}
         blocks: dict[int, dict[int, torch.Tensor]] = {}
         for j in sorted(seen) if usable else ():
@@ -191,8 +190,14 @@ def _move_storage(ref: StorageWeakRef) -> bool:
 
 
 def _move_tensors(ref: StorageWeakRef, tensors: list[torch.Tensor]) -> bool:
-    """Each of `tensors` (all on the storage `ref` names) takes the contents of a tensor of
-    its layout over a copy of the storage: tensors sharing the storage keep sharing it."""
+    """Each of `tensors` (all on the storage `ref` names) is set onto a copy of the storage,
+    in its layout: tensors sharing the storage keep sharing it.
+
+    A tensor in autograd's graph (a training forward's output: its grad_fn is coil's backward)
+    takes the copy as its `.data`, which keeps its autograd data, its version counter and the
+    object itself, so what autograd saved of it (a later op's input is saved as the tensor
+    itself) reads the copy too. Another tensor takes a tensor over the copy whole
+    (_swap_tensor_impl), as `.data` cannot be set on an inference tensor."""
     pair = _fresh_copy(ref)
     if pair is None or not tensors:
         return False
@@ -200,5 +205,8 @@ def _move_tensors(ref: StorageWeakRef, tensors: list[torch.Tensor]) -> bool:
     for t in tensors:
         moved = torch.empty(0, dtype=t.dtype, device=t.device).set_(
             fresh, t.storage_offset(), t.shape, t.stride())
-        _swap_impl(t, moved)
+        if t.requires_grad:
+            t.data = moved
+        else:
+            _swap_impl(t, moved)
     return True

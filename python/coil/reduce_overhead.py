@@ -58,8 +58,8 @@ from .graph_memory import KeptOutputs, build_tensor, keep_until_dropped, same_ad
 
 log = logging.getLogger("coil")
 
-__all__ = ["CapturePool", "PooledReplayer", "replay_events", "static_inputs_of",
-           "user_outputs_of"]
+__all__ = ["CapturePool", "PooledReplayer", "capture_traffic", "replay_events",
+           "static_inputs_of", "user_outputs_of"]
 
 # Keys seen once (an ordinary call) remembered per graph: a backward whose saved values move
 # every call (its forward ran ordinarily) must not grow this without bound.
@@ -117,8 +117,7 @@ class _Capture:
         self.in_meta = {k[1]: m for k, m in metas.items() if k[0] == "i"}
         # The outputs the caller sees, kept valid past the next replay (KeptOutputs), where
         # they may be; the others among them are returned as clones.
-        self.kept = KeptOutputs(outputs, seen, static_inputs,
-                                tensors_may_move=kind == "inference")
+        self.kept = KeptOutputs(outputs, seen, static_inputs)
         self.addresses: list[int | None] = []  # in-place inputs' addresses at capture
         self.live: StorageWeakRef | None = None  # the last generation's storage
         self.handed: list[weakref.ref] = []  # its tensors, to mark them stale
@@ -258,6 +257,29 @@ class CapturePool:
                 if not left:
                     break
         return found
+
+
+def capture_traffic() -> list[tuple[str, list[str]]]:
+    """Per live replayer and capture: the bytes each replay copies in (inputs copied into the
+    capture's buffers) and hands out as kept outputs or as clones. bench/dashboard_kernels.py
+    prints these: in a kernel profile the copies are device-to-device memcpys."""
+    def mb(ts) -> str:
+        return f"{sum(t.nbytes for t in ts) / 2**20:.1f} MB"
+
+    out = []
+    for r in sorted(list(_REPLAYERS), key=lambda r: r.name):
+        lines = []
+        for c in (c for cs in r.captures.values() for c in cs):
+            kept = {j for _, _, metas in c.kept.blocks for j in metas}
+            cloned = [t for j, (t, m) in enumerate(zip(c.outputs, c.out_meta))
+                      if m is None and j not in kept]
+            ins = c.static_inputs
+            lines.append(
+                f"capture {c.order}: copied in {len(c.copied)} ({mb(ins[i] for i in c.copied)}), "
+                f"kept out {len(kept)} ({mb(c.outputs[j] for j in kept)}), "
+                f"cloned out {len(cloned)} ({mb(cloned)})")
+        out.append((r.name, lines))
+    return out
 
 
 def replay_events() -> list[tuple[str, dict[str, int]]]:

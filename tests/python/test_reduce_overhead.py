@@ -524,6 +524,43 @@ def test_kept_outputs_move_out_of_the_pool_only_while_held(by_storage, monkeypat
     assert memory_ref() is None
 
 
+def test_kept_training_outputs_move_with_their_autograd_data(monkeypatch):
+    """A training forward's output (its grad_fn is the compiled backward) moved out of the pool
+    without storage swaps (PyTorch before 2.12) takes the copy as its .data: it keeps its
+    grad_fn, and a later op that saved it for its own backward reads the copy."""
+    from coil import graph_memory
+    from coil.graph_memory import KeptOutputs
+
+    if not graph_memory._swap_tensors:
+        pytest.skip("this PyTorch cannot count a storage's holders")
+    monkeypatch.setattr(graph_memory, "_swap_storage", False)
+    pool = torch.arange(8.0)
+    kept = KeptOutputs([pool], {0}, static_inputs=[])
+
+    class Forward(torch.autograd.Function):  # stands for the compiled forward
+        @staticmethod
+        def forward(ctx, w):
+            return kept.hand_out()[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.sum()
+
+    w = torch.tensor(1.0, requires_grad=True)
+    v = torch.full((8,), 2.0, requires_grad=True)
+    out = Forward.apply(w)
+    assert out.data_ptr() == pool.data_ptr() and out.grad_fn is not None
+    y = out * v  # saves `out` for v's gradient
+    version = out._version
+    assert kept.movable() and kept.move_out() == 1
+    pool.fill_(-1.0)  # the next replay overwrites the pool
+    assert out.data_ptr() != pool.data_ptr() and out._version == version
+    assert type(out.grad_fn).__name__ == "ForwardBackward"
+    y.sum().backward()
+    torch.testing.assert_close(v.grad, torch.arange(8.0))
+    torch.testing.assert_close(w.grad, torch.tensor(16.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_outputs_held_past_the_next_call_move_out_of_the_pool():
