@@ -760,26 +760,25 @@ TEST(EmitCuda, MergedDimsStepByOneWithinRuns) {
                                        << backend::cuda::strip_prelude(src.code);
     if (vec > 0) expect_compiles(src);
   }
-  CudaSource t = emit_graph(
-      "graph(%0: f32[8, 768, 512]@cuda):\n"
-      "  %1: f32[8, 512, 768]{393216, 1, 512}@cuda = aten.permute.default(%0, [0, 2, 1])\n"
-      "  %2: f32[8, 512, 768]@cuda = aten.clone.default(%1, "
-      "memory_format=\"torch.contiguous_format\")\n"
-      "  %3: f32[4096, 768]@cuda = aten._unsafe_view.default(%2, [4096, 768])\n"
-      "  %4: f32[4096, 768]@cuda = aten.mul.Tensor(%3, 0.35)\n"
-      "  return (%4)\n");
+  // [batch, hidden, seq] transposed into [batch * seq, hidden] rows, scaled.
+  auto rows_of_transpose = [](int batch, int hidden, int seq) {
+    const std::string b = std::to_string(batch), h = std::to_string(hidden),
+                      s = std::to_string(seq), bs = std::to_string(batch * seq);
+    return emit_graph(
+        "graph(%0: f32[" + b + ", " + h + ", " + s + "]@cuda):\n" + "  %1: f32[" + b + ", " + s +
+        ", " + h + "]{" + std::to_string(hidden * seq) + ", 1, " + s +
+        "}@cuda = aten.permute.default(%0, [0, 2, 1])\n" + "  %2: f32[" + b + ", " + s + ", " + h +
+        "]@cuda = aten.clone.default(%1, memory_format=\"torch.contiguous_format\")\n" +
+        "  %3: f32[" + bs + ", " + h + "]@cuda = aten._unsafe_view.default(%2, [" + bs + ", " + h +
+        "])\n" + "  %4: f32[" + bs + ", " + h + "]@cuda = aten.mul.Tensor(%3, 0.35)\n" +
+        "  return (%4)\n");
+  };
+  CudaSource t = rows_of_transpose(8, 768, 512);
   ASSERT_EQ(t.kernels.size(), 1u);
   EXPECT_EQ(t.kernels[0].tile, 32) << backend::cuda::strip_prelude(t.code);
   expect_compiles(t);
   // Runs of 48 hold a 32-wide tile's edge only where it does not cross one: no tile.
-  CudaSource odd = emit_graph(
-      "graph(%0: f32[8, 96, 48]@cuda):\n"
-      "  %1: f32[8, 48, 96]{4608, 1, 48}@cuda = aten.permute.default(%0, [0, 2, 1])\n"
-      "  %2: f32[8, 48, 96]@cuda = aten.clone.default(%1, "
-      "memory_format=\"torch.contiguous_format\")\n"
-      "  %3: f32[384, 96]@cuda = aten._unsafe_view.default(%2, [384, 96])\n"
-      "  %4: f32[384, 96]@cuda = aten.mul.Tensor(%3, 0.35)\n"
-      "  return (%4)\n");
+  CudaSource odd = rows_of_transpose(8, 96, 48);
   ASSERT_EQ(odd.kernels.size(), 1u);
   EXPECT_EQ(odd.kernels[0].tile, 0) << backend::cuda::strip_prelude(odd.code);
 }
