@@ -40,7 +40,8 @@ reference decompositions (torch._decomp), so that C++ sees few op kinds:
     sort along a short dim, by pairwise ranks (decomp_sort.py); avg_pool3d (+ backward) as two
     avg_pool2d passes (decomp_pool.py); masked_scatter (+ backward) over small masks by a running
     count (decomp_masked.py); training batch norm in bf16/f16 on CPU normalized with the rounded
-    statistics it saves, as eager's kernel does (decomp_batch_norm.py).
+    statistics it saves, as eager's kernel does (decomp_batch_norm.py); CPU 1-d convolutions as
+    2-d ones over a height of 1 (decomp_conv1d.py).
 
   left as extras (docs/primitive-ops.md): scatter.value (nll_loss_backward) and slice_scatter
     (slice_backward); Inductor lowers both directly, their decompositions are worse.
@@ -62,6 +63,7 @@ import torch
 from torch._decomp import get_decompositions
 
 from .decomp_batch_norm import batch_norm_decompositions
+from .decomp_conv1d import conv1d_decompositions
 from .decomp_embedding_bag import embedding_bag_decompositions
 from .decomp_foreach import foreach_decompositions
 from .decomp_masked import masked_decompositions
@@ -441,6 +443,8 @@ def _table() -> dict:
     table.update(masked_decompositions())
     # Training batch norm in bf16/f16 on CPU normalizes with its saved (rounded) statistics.
     table.update(batch_norm_decompositions())
+    # CPU 1-d convolutions as 2-d ones, which coil computes itself.
+    table.update(conv1d_decompositions())
     return table
 
 

@@ -120,3 +120,62 @@ def test_weight_bound_dense_convolution_is_a_product(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
     assert "extern convolution" not in _schedules(tmp_path)
+
+
+# (in, out, kernel, stride, padding, dilation, groups, bias, length): 1-d convolutions
+# (decomp_conv1d.py views them as 2-d over a height of 1).
+CASES_1D = [
+    (80, 128, 3, 1, 1, 1, 1, True, 128),   # Whisper's first encoder convolution
+    (128, 128, 3, 2, 1, 1, 1, True, 128),  # and its strided second
+    (16, 16, 5, 1, 2, 1, 16, False, 33),   # depthwise (a ConvNet for audio, Conformer)
+    (8, 4, 1, 1, 0, 1, 1, False, 7),       # pointwise
+    (6, 4, 3, 1, 2, 2, 1, True, 19),       # dilated (a temporal ConvNet)
+]
+
+
+@pytest.mark.parametrize("case", CASES_1D, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_training_step_matches_eager_without_an_extern_convolution(tmp_path, case):
+    cin, cout, k, s, p, d, g, bias, length = case
+    torch.manual_seed(0)
+    conv = nn.Conv1d(cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=bias)
+
+    def f(x):
+        return F.gelu(conv(x))
+
+    x = torch.randn(2, cin, length)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="coil",
+                             options={"strict": True, "debug_dir": str(tmp_path)})
+    got = compiled(x)
+    got.square().mean().backward()
+    assert "extern convolution" not in _schedules(tmp_path)
+    grads = [q.grad for q in conv.parameters()]
+    for q in conv.parameters():
+        q.grad = None
+    want = f(x)
+    want.square().mean().backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert got.shape == want.shape and got.stride() == want.stride()
+    for a, q in zip(grads, conv.parameters()):
+        torch.testing.assert_close(a, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_and_transposed_conv1d_still_match_eager():
+    # Neither is computed by coil (grouped dense: no native lowering; transposed: not
+    # decomposed): the 2-d view goes to ATen, the transposed convolution stays 1-d.
+    torch.manual_seed(0)
+    grouped = nn.Conv1d(8, 12, 3, padding=1, groups=2)
+    up = nn.ConvTranspose1d(12, 4, 4, stride=2, padding=1)
+
+    def f(x):
+        return up(torch.relu(grouped(x)))
+
+    x = torch.randn(2, 8, 21, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="coil")
+    got = compiled(x)
+    (gx,) = torch.autograd.grad(got.sum(), x)
+    want = f(x)
+    (wx,) = torch.autograd.grad(want.sum(), x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-5)
