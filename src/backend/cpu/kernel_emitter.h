@@ -73,6 +73,8 @@ class KernelEmitter {
   void emit_tiled_pointwise(const std::string& par, std::vector<size_t> order, size_t t);
   void copy_transposed_tiles(const ComputeNode& n, size_t t, size_t inner);
   void emit_pure_pointwise(const std::string& par);
+  Expr fold_chained_dims(std::vector<size_t>& order);
+  bool chained(Expr flat, Expr inner, Expr outer, int64_t inner_extent);
   InstrId invariant_load_mask() const;
   bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false);
   Expr flat_index(BufferId b, const std::vector<Expr>& index);
@@ -141,6 +143,10 @@ class KernelEmitter {
   int next_tile_ = 0;
   std::set<BufferId> written_;  // buffers the kernel writes, and those aliasing them
   std::unordered_map<Expr, std::string> sym_names_;
+  // Outer dims folded into the innermost loop (fold_chained_dims): their variables are 0 in
+  // flat indices (folded_zero_, every member's) and print as 0 anywhere else.
+  std::set<size_t> folded_dims_;
+  std::unordered_map<Expr, Expr> folded_zero_;
   int indent_ = 0;
 };
 

@@ -261,6 +261,37 @@ TEST(EmitCpp, PointwiseChainVectorizes) {
                                                                     << run.log;
 }
 
+// Dims just outside a short innermost loop fold into it where every access is chained across
+// them: a [8, 16, 3, 3] scaled copy (a 3x3 weight's) runs one simd loop of 144 elements per x0,
+// not 128 loops of 3. A body that reads an index (here i3 as a value) keeps its loops.
+TEST(EmitCpp, ShortInnerLoopsFoldChainedDims) {
+  const DType f = DType::Float32;
+  ProgramBuilder b;
+  std::vector<Expr> sizes = {b.c(8), b.c(16), b.c(3), b.c(3)};
+  BufferId x = b.input(f, sizes);
+  BufferId y = b.buffer(f, sizes);
+  b.node(
+      y, sizes, {nullptr, nullptr, nullptr, nullptr}, ReduceKind::None, {},
+      [&](BodyBuilder& bb, auto& i, auto&) {
+        return bb.op(InstrKind::Mul, f, bb.load(x, f, {i[0], i[1], i[2], i[3]}), bb.constant(2, f));
+      });
+  BufferId z = b.buffer(f, sizes);
+  b.node(z, sizes, {nullptr, nullptr, nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) {
+           return bb.op(InstrKind::Add, f, bb.load(y, f, {i[0], i[1], i[2], i[3]}),
+                        bb.cast(bb.index_expr(i[3]), f));
+         });
+  b.p.outputs = {y, z};
+  auto in = std::vector<HostTensor>{random_tensor(f, {8, 16, 3, 3}, 21)};
+  CompileOptions o;
+  o.fuse = false;  // one kernel per node: the folded one and the one that reads its index
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  const std::string& code = run.source.code;
+  EXPECT_NE(code.find("x3 < 144; ++x3"), std::string::npos) << code;
+  EXPECT_NE(code.find("x3 < 3; ++x3"), std::string::npos) << code;
+}
+
 TEST(EmitCpp, ReductionsWithNanAndTies) {
   ProgramBuilder b;
   build_independent_reductions(b, b.c(8), b.c(16));

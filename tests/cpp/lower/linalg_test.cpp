@@ -309,6 +309,59 @@ TEST(LinalgLowering, CloneReadByAProductReadsItsSourceInPlace) {
   EXPECT_GE(copies, 1);
 }
 
+// A graph output that is a clone of a fresh value nothing else reads, already in the output's
+// layout (the layout pass's clone restoring a weight gradient's strides), is that value's
+// buffer: no copy. Another layout, another reader, a graph input or a view keep the copy.
+TEST(LinalgLowering, OutputCloneOfAFreshValueInItsLayoutIsThatValue) {
+  auto copies_in = [](const char* text) {
+    Lowered l = lower_text(text);
+    int n = 0;
+    for (const auto& s : l.result.program.steps) n += std::holds_alternative<loop::ComputeNode>(s);
+    return n;
+  };
+  std::vector<double> a = as_f32(random_values(24, 61)), b = as_f32(random_values(30, 62));
+  const char* fresh = R"(graph(%0: f32[4, 6], %1: f32[6, 5]):
+  %2: f32[4, 5] = aten.mm.default(%0, %1)
+  %3: f32[4, 5] = aten.clone.default(%2, memory_format="torch.contiguous_format")
+  return (%3)
+)";
+  EXPECT_EQ(copies_in(fresh), 0);
+  Lowered l = lower_text(fresh);
+  auto outs =
+      loop::interpret(l.result.program, {HostTensor::from_doubles(DType::Float32, {4, 6}, a),
+                                         HostTensor::from_doubles(DType::Float32, {6, 5}, b)});
+  expect_close(outs[0], {4, 5}, matmul_ref(a, b, 1, 4, 6, 5));
+  EXPECT_GE(copies_in(R"(graph(%0: f32[4, 6], %1: f32[6, 5]):
+  %2: f32[4, 5] = aten.mm.default(%0, %1)
+  %3: f32[4, 5]{1, 4} = aten.clone.default(%2, memory_format="torch.preserve_format")
+  return (%3)
+)"),
+            1)
+      << "another layout";
+  EXPECT_GE(copies_in(R"(graph(%0: f32[4, 6], %1: f32[6, 5]):
+  %2: f32[4, 5] = aten.mm.default(%0, %1)
+  %3: f32[4, 5] = aten.clone.default(%2, memory_format="torch.contiguous_format")
+  %4: f32[4, 5] = aten.mul.Tensor(%2, 2)
+  return (%3, %4)
+)"),
+            2)
+      << "another reader";
+  EXPECT_GE(copies_in(R"(graph(%0: f32[4, 6]):
+  %1: f32[4, 6] = aten.clone.default(%0, memory_format="torch.contiguous_format")
+  return (%1)
+)"),
+            1)
+      << "a graph input";
+  EXPECT_GE(copies_in(R"(graph(%0: f32[4, 6], %1: f32[6, 5]):
+  %2: f32[4, 5] = aten.mm.default(%0, %1)
+  %3: f32[20] = aten.view.default(%2, [20])
+  %4: f32[20] = aten.clone.default(%3, memory_format="torch.contiguous_format")
+  return (%4)
+)"),
+            1)
+      << "a view";
+}
+
 TEST(LinalgLowering, GradientReadByProductsAndASumIsComputedOnce) {
   // A linear layer's backward: the ReLU gradient %4 feeds dX (mm), dW (mm of its transpose)
   // and the bias gradient (a column sum). Realized once (realize.cpp, read_by_a_product): dW's
