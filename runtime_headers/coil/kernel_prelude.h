@@ -60,12 +60,4 @@ COIL_INLINE int64_t runtime_value(int64_t v) {
   asm("" : "+r"(v));
   return v;
 }
-
-// `m ? a : b` with `a` already loaded: a masked load of a simd loop whose index is clamped into
-// its buffer reads unconditionally through this and selects, which g++ vectorizes; `m ? buf[i]
-// : 0` is a conditional load it does not (".MASK_LOAD: no vectype").
-template <typename T>
-COIL_INLINE T pick(bool m, T a, T b) {
-  return m ? a : b;
-}
 }  // namespace coil

@@ -491,9 +491,7 @@ void KernelEmitter::emit_pure_pointwise(const std::string& par) {
     open_loop("x" + std::to_string(j), extent, jj >= collapsed && !(last && simd));
   }
   declare_locals();
-  in_simd_loop_ = simd;
   for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
-  in_simd_loop_ = false;
   load_strides_.clear();
   folded_dims_.clear();
   folded_zero_.clear();
@@ -759,12 +757,10 @@ std::string KernelEmitter::emit_body(const ComputeNode& n) {
       << buf(n.out).name << ": body without a result";
   std::vector<bool> hoisted;
   hoisted.swap(hoisted_);
-  body_hoisted_ = &hoisted;
   for (size_t i = 0; i < b.instrs.size(); ++i) {
     if (i < hoisted.size() && hoisted[i]) continue;
     emit_instr(b, static_cast<InstrId>(i));
   }
-  body_hoisted_ = nullptr;
   return tmp(b.result);
 }
 
@@ -793,41 +789,8 @@ std::string KernelEmitter::load_expr(const loop::Body& b, const Instr& in) {
   if (in.mask >= 0) {
     auto forced = forced_masks_.find(in.mask);
     if (forced != forced_masks_.end()) return forced->second ? v : T + "(0)";
-    const bool row_mask = body_hoisted_ != nullptr &&
-                          static_cast<size_t>(in.mask) < body_hoisted_->size() &&
-                          (*body_hoisted_)[in.mask];
-    if (in_simd_loop_ && row_mask && !locals_.count(in.buffer) && never_empty(in.buffer) &&
-        !tile_loads_.count({in.buffer, flat_index(in.buffer, in.index)}))
-      return "coil::pick(" + tmp(in.mask) + ", " + T + "(" + clamped_load(in) + "), " + T + "(0))";
     return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
   }
-  return v;
-}
-
-// A masked load read at its index clamped into the buffer's dims, so that reading it is safe
-// whatever its mask. Where the mask holds, the index is inside and the clamp changes nothing;
-// where it does not, the value read is not used. The clamp of a dim whose index is provably in
-// range simplifies away. Several masks of one simd loop (a max-pool's backward reads up to four
-// windows per element, each under its own edge test) keep the loop from being unswitched on
-// one, and g++ vectorizes no conditional load: ResNet-18's max-pool backward over
-// [2, 64, 48, 48] channels-last took 0.76 ms, eager's scatter 0.06.
-// Whether every dim of buffer b has at least one element at any size (a clamped index then
-// names one of them; an empty buffer has none to read).
-bool KernelEmitter::never_empty(BufferId b) {
-  for (Expr size : buf(b).sizes)
-    if (ctx_.bounds(size).lo < 1) return false;
-  return true;
-}
-
-std::string KernelEmitter::clamped_load(const Instr& in) {
-  const loop::Buffer& B = buf(in.buffer);
-  std::vector<Expr> index;
-  for (size_t d = 0; d < in.index.size(); ++d) {
-    Expr hi = ctx_.sub(B.sizes[d], ctx_.one());
-    index.push_back(ctx_.min(ctx_.max(in.index[d], ctx_.zero()), hi));
-  }
-  std::string v = B.name + "[" + index_text(flat_index(in.buffer, index)) + "]";
-  if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
   return v;
 }
 

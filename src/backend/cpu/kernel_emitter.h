@@ -75,8 +75,6 @@ class KernelEmitter {
   void emit_pure_pointwise(const std::string& par);
   Expr fold_chained_dims(std::vector<size_t>& order);
   bool chained(Expr flat, Expr inner, Expr outer, int64_t inner_extent);
-  std::string clamped_load(const Instr& in);
-  bool never_empty(BufferId b);
   InstrId invariant_load_mask() const;
   bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false);
   Expr flat_index(BufferId b, const std::vector<Expr>& index);
@@ -131,11 +129,6 @@ class KernelEmitter {
   bool masked_loads_ = false;  // some node of the kernel loads under a mask (open_loop)
   std::vector<const ComputeNode*> nodes_;
   std::vector<bool> hoisted_;  // instructions of the current node emitted before its loops
-  // Emitting the body of a simd loop (emit_pure_pointwise): a masked load whose mask was
-  // computed before the loop reads at its index clamped into the buffer (load_expr).
-  bool in_simd_loop_ = false;
-  // While emit_body emits a body: its instructions computed before the loops (hoisted_ moved).
-  const std::vector<bool>* body_hoisted_ = nullptr;
   // Masks whose value is known where the body is being emitted (an unswitched loop).
   std::map<InstrId, bool> forced_masks_;
   // flat index -> (name of its hoisted base, inner part): the current node's loads and store

@@ -724,39 +724,6 @@ TEST(EmitCpp, RowInvariantMaskUnswitchesTheSimdLoop) {
 // A bool converted to float beside 64-bit integer arithmetic (dropout: the mask drawn from a
 // Philox counter, times the value): the conversion is emitted as a select, which g++ 12
 // vectorizes; `float(mask)` left the whole loop scalar ("no vectype").
-// Several row-invariant masks (a max-pool backward's windows, a stencil's two neighbours): no
-// single mask to unswitch on, so each masked load reads at its index clamped into the buffer
-// and selects (coil::pick), and the simd loop vectorizes. The edge rows read clamped elements
-// that the masks then drop.
-TEST(EmitCpp, SeveralRowMasksReadClampedAndVectorize) {
-  ProgramBuilder b;
-  const DType f = DType::Float32;
-  const int64_t R = 9, C = 48;
-  auto& c = b.ctx();
-  auto x = b.input(f, {b.c(R), b.c(C)});
-  auto out = b.buffer(f, {b.c(R), b.c(C)});
-  b.node(out, {b.c(R), b.c(C)}, {nullptr, nullptr}, ReduceKind::None, {},
-         [&](BodyBuilder& bb, auto& i, auto&) {
-           Expr up = c.add(i[0], c.one()), down = c.sub(i[0], c.one());
-           InstrId mu = bb.cast(bb.index_expr(c.lt(up, b.c(R)), DType::Int64), DType::Bool);
-           InstrId md = bb.cast(bb.index_expr(c.le(c.zero(), down), DType::Int64), DType::Bool);
-           InstrId a = bb.load(x, f, {up, i[1]}, mu);
-           InstrId d = bb.load(x, f, {down, i[1]}, md);
-           return bb.op(InstrKind::Add, f, a, d);
-         });
-  b.p.outputs = {out};
-  auto in = std::vector<HostTensor>{random_tensor(f, {R, C}, 31)};
-  CompileOptions o;
-  o.cxx_flags += " -fopt-info-vec-optimized";
-  KernelRun run = compile_and_run(b.p, in, o);
-  expect_matches_interpreter(b.p, in, run);
-  EXPECT_NE(run.source.code.find("coil::pick("), std::string::npos) << run.source.code;
-  auto loops = simd_loop_lines(run.source.code);
-  ASSERT_EQ(loops.size(), 1u) << run.source.code;
-  EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loops[0])) << run.source.code << "\n"
-                                                                    << run.log;
-}
-
 TEST(EmitCpp, BoolToFloatBesideInt64ArithmeticVectorizes) {
   ProgramBuilder b;
   const DType f = DType::Float32;
