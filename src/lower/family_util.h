@@ -10,6 +10,11 @@
 
 namespace coil::lower::detail {
 
+// Whether a copy `n` (clone, or a _to_copy that keeps the dtype) of `x` may return `x` itself:
+// read only by products, or a graph output of an unshared value already in its layout
+// (copy_alias.cpp).
+bool copy_reads_its_source(LoweringContext& lc, const Node& n, const TensorValue& x);
+
 inline DType out_dtype(const Node& node, size_t k = 0) { return node.output(k)->meta().dtype; }
 
 inline int graph_position(const LoweringContext& ctx, const Node& node) {

@@ -125,7 +125,7 @@ std::string KernelEmitter::idx(Expr e) {
 void KernelEmitter::set_node_names(const ComputeNode& n) {
   sym_names_.clear();
   for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j) {
-    sym_names_[n.index_vars[j]] = folded_dims_.count(j) ? "0" : "x" + std::to_string(j);
+    sym_names_[n.index_vars[j]] = "x" + std::to_string(j);
   }
 }
 
@@ -383,13 +383,12 @@ bool KernelEmitter::chained(Expr flat, Expr inner, Expr outer, int64_t inner_ext
 // gradient's [512, 512, 3, 3] copy ran a simd loop of 3 elements under 786 K iterations of the
 // loops around it: 0.52 ms for 9 MB on the 2-core CPU) and every access is chained across
 // them (chained): the innermost loop then runs over their product, and the folded dims'
-// variables print as 0 (folded_dims_), which leaves each flat index equal to its value at the
-// folded element. Only plain loads, arithmetic and stores: an index expression, a mask or a
-// gather reads the folded variables otherwise. Returns the folded loop's extent (nullptr when
-// nothing folds); `order` loses the folded dims.
+// variables are 0 in every flat index (folded_zero_), which leaves it equal to its value at the
+// folded element. Only plain loads, arithmetic and stores, whose indices are all flat: an index
+// expression, a mask or a gather would read the folded variables otherwise. Returns the folded
+// loop's extent (nullptr when nothing folds); `order` loses the folded dims.
 Expr KernelEmitter::fold_chained_dims(std::vector<size_t>& order) {
   constexpr int64_t kFoldBelow = 64;  // elements of the innermost loop
-  folded_dims_.clear();
   folded_zero_.clear();
   if (order.size() < 2) return nullptr;
   for (const ComputeNode* n : nodes_) {
@@ -416,12 +415,11 @@ Expr KernelEmitter::fold_chained_dims(std::vector<size_t>& order) {
         ok = chained(flat_index(n->out, n->store_index), vi, vo, *extent);
     }
     if (!ok) break;
-    folded_dims_.insert(outer);
     for (const ComputeNode* n : nodes_) folded_zero_[n->index_vars[outer]] = ctx_.zero();
     order.erase(order.end() - 2);
     extent = *extent * *e;
   }
-  return folded_dims_.empty() ? nullptr : ctx_.constant(*extent);
+  return folded_zero_.empty() ? nullptr : ctx_.constant(*extent);
 }
 
 void KernelEmitter::emit_pure_pointwise(const std::string& par) {
@@ -493,7 +491,6 @@ void KernelEmitter::emit_pure_pointwise(const std::string& par) {
   declare_locals();
   for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
   load_strides_.clear();
-  folded_dims_.clear();
   folded_zero_.clear();
   for (size_t j = 0; j < k; ++j) close();
 }

@@ -143,9 +143,8 @@ class KernelEmitter {
   int next_tile_ = 0;
   std::set<BufferId> written_;  // buffers the kernel writes, and those aliasing them
   std::unordered_map<Expr, std::string> sym_names_;
-  // Outer dims folded into the innermost loop (fold_chained_dims): their variables are 0 in
-  // flat indices (folded_zero_, every member's) and print as 0 anywhere else.
-  std::set<size_t> folded_dims_;
+  // The variables of the outer dims folded into the innermost loop (fold_chained_dims), every
+  // member's, -> 0: flat_index substitutes them.
   std::unordered_map<Expr, Expr> folded_zero_;
   int indent_ = 0;
 };

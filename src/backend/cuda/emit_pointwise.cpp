@@ -78,7 +78,6 @@ int KernelEmitter::vector_width(size_t inner) {
   // The stride of an access along `var` within runs of `run_cap` elements, narrowing the cap
   // to the widest run where the stride is 0 or 1.
   auto run_stride = [&](Expr flat, Expr var) -> std::optional<int64_t> {
-    if (auto s = stride_along(flat, var)) return s;
     for (int b = run_cap; b >= 2; b /= 2) {
       auto s = stride_within(flat, var, b);
       if (s && (*s == 0 || *s == 1)) {
