@@ -489,7 +489,20 @@ void KernelEmitter::emit_pure_pointwise(const std::string& par) {
     open_loop("x" + std::to_string(j), extent, jj >= collapsed && !(last && simd));
   }
   declare_locals();
-  for (size_t m = 0; m < nodes_.size(); ++m) emit_member(m);
+  for (size_t m = 0; m < nodes_.size(); ++m) {
+    if (simd) {
+      // What does not change along the simd loop (its dim and the dims folded into it).
+      const ComputeNode& n = *nodes_[m];
+      std::vector<Expr> vars = {n.index_vars.at(order.back())};
+      for (const auto& [var, zero] : folded_zero_)
+        if (std::find(n.index_vars.begin(), n.index_vars.end(), var) != n.index_vars.end())
+          vars.push_back(var);
+      simd_invariant_ = variant_instrs(n, vars);
+      simd_invariant_.flip();
+    }
+    emit_member(m);
+    simd_invariant_.clear();
+  }
   load_strides_.clear();
   folded_zero_.clear();
   for (size_t j = 0; j < k; ++j) close();
@@ -768,6 +781,13 @@ std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
   h.value = [&](InstrId i) { return tmp(i); };
   h.index = [&](Expr e) { return idx(e); };
   h.load = [&](const Instr& in, InstrId i) { return load_expr(b, in); };
+  const Instr& in = b.instrs[id];
+  if (in.kind == InstrKind::Where && row_invariant(in.operands[0]) && in.dtype != DType::Bool) {
+    // A select on a mask computed before the simd loop: bit masks (coil::pick).
+    const std::string T = compute_ctype(in.dtype);
+    return "coil::pick(" + tmp(in.operands[0]) + ", " + T + "(" + tmp(in.operands[1]) + "), " + T +
+           "(" + tmp(in.operands[2]) + "))";
+  }
   return scalar_instr_expr(b, id, h);
 }
 
@@ -786,8 +806,44 @@ std::string KernelEmitter::load_expr(const loop::Body& b, const Instr& in) {
   if (in.mask >= 0) {
     auto forced = forced_masks_.find(in.mask);
     if (forced != forced_masks_.end()) return forced->second ? v : T + "(0)";
+    if (row_invariant(in.mask) && !locals_.count(in.buffer) && never_empty(in.buffer) &&
+        !tile_loads_.count({in.buffer, flat_index(in.buffer, in.index)}))
+      return "coil::pick(" + tmp(in.mask) + ", " + T + "(" + clamped_load(in) + "), " + T + "(0))";
     return "(" + tmp(in.mask) + " ? " + T + "(" + v + ") : " + T + "(0))";
   }
+  return v;
+}
+
+// Whether instruction i of the body being emitted in a simd loop has the same value in every
+// lane (it depends on the outer indices alone; emitted before the loop or hoisted by g++).
+bool KernelEmitter::row_invariant(InstrId i) const {
+  return i >= 0 && static_cast<size_t>(i) < simd_invariant_.size() && simd_invariant_[i];
+}
+
+// A masked load read at its index clamped into the buffer's dims, so that reading it is safe
+// whatever its mask. Where the mask holds, the index is inside and the clamp changes nothing;
+// where it does not, the value read is not used. The clamp of a dim whose index is provably in
+// range simplifies away. Several masks of one simd loop (a max-pool's backward reads up to four
+// windows per element, each under its own edge test) keep the loop from being unswitched on
+// one, and g++ vectorizes no conditional load: ResNet-18's max-pool backward over
+// [2, 64, 48, 48] channels-last took 0.76 ms, eager's scatter 0.06.
+// Whether every dim of buffer b has at least one element at any size (a clamped index then
+// names one of them; an empty buffer has none to read).
+bool KernelEmitter::never_empty(BufferId b) {
+  for (Expr size : buf(b).sizes)
+    if (ctx_.bounds(size).lo < 1) return false;
+  return true;
+}
+
+std::string KernelEmitter::clamped_load(const Instr& in) {
+  const loop::Buffer& B = buf(in.buffer);
+  std::vector<Expr> index;
+  for (size_t d = 0; d < in.index.size(); ++d) {
+    Expr hi = ctx_.sub(B.sizes[d], ctx_.one());
+    index.push_back(ctx_.min(ctx_.max(in.index[d], ctx_.zero()), hi));
+  }
+  std::string v = B.name + "[" + index_text(flat_index(in.buffer, index)) + "]";
+  if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";
   return v;
 }
 

@@ -75,6 +75,9 @@ class KernelEmitter {
   void emit_pure_pointwise(const std::string& par);
   Expr fold_chained_dims(std::vector<size_t>& order);
   bool chained(Expr flat, Expr inner, Expr outer, int64_t inner_extent);
+  std::string clamped_load(const Instr& in);
+  bool never_empty(BufferId b);
+  bool row_invariant(InstrId i) const;
   InstrId invariant_load_mask() const;
   bool vectorizable(const ComputeNode& n, Expr var, bool check_store, bool strided_loads = false);
   Expr flat_index(BufferId b, const std::vector<Expr>& index);
@@ -129,6 +132,10 @@ class KernelEmitter {
   bool masked_loads_ = false;  // some node of the kernel loads under a mask (open_loop)
   std::vector<const ComputeNode*> nodes_;
   std::vector<bool> hoisted_;  // instructions of the current node emitted before its loops
+  // Per instruction of the member being emitted inside a pointwise kernel's simd loop: whether
+  // it is the same in every lane (row_invariant). Masked loads under such masks, and selects on
+  // them, go through coil::pick so that g++ vectorizes the loop (load_expr, instr_expr).
+  std::vector<bool> simd_invariant_;
   // Masks whose value is known where the body is being emitted (an unswitched loop).
   std::map<InstrId, bool> forced_masks_;
   // flat index -> (name of its hoisted base, inner part): the current node's loads and store
