@@ -37,6 +37,21 @@ class Printer {
         if (simple) {
           return {wrap(print(a), 20) + (div ? " / " : " % ") + wrap(print(b), 21), 20};
         }
+        // A numerator bounded below by lo < 0 over a positive constant c: shifted by k*c >= -lo
+        // it is non-negative, and C++'s / and % floor it: a // c == (a + k*c) / c - k and
+        // a mod c == (a + k*c) % c. The helpers' sign fix-ups are selects that g++ leaves
+        // inside simd loops, which then stay scalar (a stride-2 convolution's input gradient,
+        // whose taps test (x - 1) mod 2).
+        const sym::Range ra = ctx_.bounds(a);
+        const std::optional<int64_t> c = ctx_.as_const(b);
+        if (c && *c > 0 && ra.lo < 0 && ra.lo > -(int64_t{1} << 40)) {
+          const int64_t k = (-ra.lo + *c - 1) / *c;
+          const std::string shifted =
+              "(" + wrap(print(a), 10) + " + " + cpp_int_literal(k * *c) + ")";
+          const std::string cs = cpp_int_literal(*c);
+          if (div) return {"(" + shifted + " / " + cs + " - " + cpp_int_literal(k) + ")", 100};
+          return {"(" + shifted + " % " + cs + ")", 100};
+        }
         return {std::string(div ? "coil::m::floordiv(" : "coil::m::remainder(") + "int64_t(" +
                     print(a).text + "), int64_t(" + print(b).text + "))",
                 100};

@@ -835,12 +835,25 @@ bool KernelEmitter::never_empty(BufferId b) {
   return true;
 }
 
+// max(e, 0), with the clamp moved inside a floor division by a positive constant:
+// max(a // c, 0) == max(a, 0) // c. The division of a non-negative value prints as C++'s `/`,
+// where a floor division of a value that may be negative prints as coil::m::floordiv, whose
+// select g++ left inside the simd loop (a strided 1-d convolution's input gradient, whose
+// taps read (x - 1) // 2, stayed scalar).
+Expr KernelEmitter::at_least_zero(Expr e) {
+  if (e->kind == sym::ExprKind::FloorDiv) {
+    const std::optional<int64_t> c = ctx_.as_const(e->operands[1]);
+    if (c && *c > 0) return ctx_.floordiv(ctx_.max(e->operands[0], ctx_.zero()), e->operands[1]);
+  }
+  return ctx_.max(e, ctx_.zero());
+}
+
 std::string KernelEmitter::clamped_load(const Instr& in) {
   const loop::Buffer& B = buf(in.buffer);
   std::vector<Expr> index;
   for (size_t d = 0; d < in.index.size(); ++d) {
     Expr hi = ctx_.sub(B.sizes[d], ctx_.one());
-    index.push_back(ctx_.min(ctx_.max(in.index[d], ctx_.zero()), hi));
+    index.push_back(ctx_.min(at_least_zero(in.index[d]), hi));
   }
   std::string v = B.name + "[" + index_text(flat_index(in.buffer, index)) + "]";
   if (is_low_precision(B.dtype)) v = "coil::to_f32(" + v + ")";

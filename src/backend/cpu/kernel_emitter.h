@@ -76,6 +76,7 @@ class KernelEmitter {
   Expr fold_chained_dims(std::vector<size_t>& order);
   bool chained(Expr flat, Expr inner, Expr outer, int64_t inner_extent);
   std::string clamped_load(const Instr& in);
+  Expr at_least_zero(Expr e);
   bool never_empty(BufferId b);
   bool row_invariant(InstrId i) const;
   InstrId invariant_load_mask() const;

@@ -807,6 +807,47 @@ TEST(EmitCpp, SelectsOnRowMasksBesideInt64IndicesVectorize) {
                                                                   << run.log;
 }
 
+// A stride-2 transposed read (a strided convolution's input gradient over a channels-last
+// [R, C] layout): tap (r - 1) / 2 exists where r - 1 >= 0 and (r - 1) mod 2 == 0. The numerator
+// reaches -1, so `mod` and the clamped load's floor division once printed as coil::m::remainder
+// and coil::m::floordiv, whose sign fix-ups g++ left in the simd loop of a two-member kernel:
+// scalar, 4-6x slower (LeViT's and Whisper's input gradients). Shifted to a non-negative
+// numerator they print as C++'s % and /, and the loops vectorize.
+TEST(EmitCpp, FloorDivAndModOfNegativeReachingIndicesVectorize) {
+  ProgramBuilder b;
+  const DType f = DType::Float32, i64 = DType::Int64;
+  const int64_t R = 12, C = 48;
+  auto& c = b.ctx();
+  auto x = b.input(f, {b.c(R / 2), b.c(C)});
+  auto out = b.buffer(f, {b.c(R), b.c(C)});
+  auto out2 = b.buffer(f, {b.c(R), b.c(C)});
+  auto body = [&](BodyBuilder& bb, auto& i, bool second) {
+    Expr prev = c.sub(i[0], c.one());
+    Expr ok = c.mul(c.le(c.zero(), prev), c.eq(c.mod(prev, b.c(2)), c.zero()));
+    InstrId m = bb.cast(bb.index_expr(ok, i64), DType::Bool);
+    InstrId v = bb.load(x, f, {c.floordiv(prev, b.c(2)), i[1]}, m);
+    InstrId tap = bb.op(InstrKind::Where, f, m, v, bb.constant(0, f));
+    return second ? bb.op(InstrKind::Mul, f, tap, tap) : tap;
+  };
+  b.node(out, {b.c(R), b.c(C)}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) { return body(bb, i, false); });
+  b.node(out2, {b.c(R), b.c(C)}, {nullptr, nullptr}, ReduceKind::None, {},
+         [&](BodyBuilder& bb, auto& i, auto&) { return body(bb, i, true); });
+  b.p.outputs = {out, out2};
+  auto in = std::vector<HostTensor>{random_tensor(f, {R / 2, C}, 8)};
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(b.p, in, o);
+  expect_matches_interpreter(b.p, in, run);
+  EXPECT_EQ(run.source.code.find("coil::m::remainder"), std::string::npos) << run.source.code;
+  EXPECT_EQ(run.source.code.find("coil::m::floordiv"), std::string::npos) << run.source.code;
+  auto loops = simd_loop_lines(run.source.code);
+  ASSERT_GE(loops.size(), 1u) << run.source.code;
+  for (const auto& loop : loops)
+    EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loop)) << run.source.code << "\n"
+                                                                  << run.log;
+}
+
 TEST(EmitCpp, BoolToFloatBesideInt64ArithmeticVectorizes) {
   ProgramBuilder b;
   const DType f = DType::Float32;
