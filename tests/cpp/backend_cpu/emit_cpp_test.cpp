@@ -176,6 +176,22 @@ std::set<int> vectorized_lines(const std::string& log) {
   return out;
 }
 
+// Compiles p with the vectorizer's report, checks its outputs against the interpreter and that
+// g++ vectorized every simd loop; returns the run for checks of the source.
+KernelRun run_with_every_simd_loop_vectorized(const loop::LoopProgram& p,
+                                              const std::vector<HostTensor>& in) {
+  CompileOptions o;
+  o.cxx_flags += " -fopt-info-vec-optimized";
+  KernelRun run = compile_and_run(p, in, o);
+  expect_matches_interpreter(p, in, run);
+  auto loops = simd_loop_lines(run.source.code);
+  EXPECT_GE(loops.size(), 1u) << run.source.code;
+  for (const auto& loop : loops)
+    EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loop)) << run.source.code << "\n"
+                                                                  << run.log;
+  return run;
+}
+
 TEST(EmitCpp, SoftmaxOneKernelMatchesInterpreter) {
   ProgramBuilder b;
   build_softmax(b, b.c(8), b.c(16));
@@ -795,16 +811,8 @@ TEST(EmitCpp, SelectsOnRowMasksBesideInt64IndicesVectorize) {
   for (int64_t k = 0; k < R * C; ++k) saved[k] = k % 3 == 0 ? k : (k % 3 == 1 ? k + C : -7);
   auto in = std::vector<HostTensor>{HostTensor::from_doubles(i64, {R, C}, saved),
                                     random_tensor(f, {R, C}, 6)};
-  CompileOptions o;
-  o.cxx_flags += " -fopt-info-vec-optimized";
-  KernelRun run = compile_and_run(b.p, in, o);
-  expect_matches_interpreter(b.p, in, run);
+  KernelRun run = run_with_every_simd_loop_vectorized(b.p, in);
   EXPECT_NE(run.source.code.find("coil::pick("), std::string::npos) << run.source.code;
-  auto loops = simd_loop_lines(run.source.code);
-  ASSERT_GE(loops.size(), 1u) << run.source.code;
-  for (const auto& loop : loops)
-    EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loop)) << run.source.code << "\n"
-                                                                  << run.log;
 }
 
 // A stride-2 transposed read (a strided convolution's input gradient over a channels-last
@@ -835,17 +843,9 @@ TEST(EmitCpp, FloorDivAndModOfNegativeReachingIndicesVectorize) {
          [&](BodyBuilder& bb, auto& i, auto&) { return body(bb, i, true); });
   b.p.outputs = {out, out2};
   auto in = std::vector<HostTensor>{random_tensor(f, {R / 2, C}, 8)};
-  CompileOptions o;
-  o.cxx_flags += " -fopt-info-vec-optimized";
-  KernelRun run = compile_and_run(b.p, in, o);
-  expect_matches_interpreter(b.p, in, run);
+  KernelRun run = run_with_every_simd_loop_vectorized(b.p, in);
   EXPECT_EQ(run.source.code.find("coil::m::remainder"), std::string::npos) << run.source.code;
   EXPECT_EQ(run.source.code.find("coil::m::floordiv"), std::string::npos) << run.source.code;
-  auto loops = simd_loop_lines(run.source.code);
-  ASSERT_GE(loops.size(), 1u) << run.source.code;
-  for (const auto& loop : loops)
-    EXPECT_TRUE(span_vectorized(vectorized_lines(run.log), loop)) << run.source.code << "\n"
-                                                                  << run.log;
 }
 
 TEST(EmitCpp, BoolToFloatBesideInt64ArithmeticVectorizes) {
