@@ -45,6 +45,7 @@ from .fx_export import export_graph
 from .graph_call import ExportedGraph
 from .node_fallback import run_node_eagerly
 from .layout import channels_last_convolutions, forward_outputs_seen, report_output_strides
+from .attention_mask_fold import fold_attention_masks
 from .log_softmax_rewrite import is_training, rewrite_log_softmax
 from .options import CoilOptions, build_options
 from .partition import partition_kwargs
@@ -613,6 +614,11 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         wrapped._boxed_call = getattr(fn, "_boxed_call", False)
         return wrapped
 
+    if opts.fold_attention_masks:
+        folded = fold_attention_masks(gm)
+        if any(folded.values()):
+            log.debug("coil: constant attention masks: %d dropped (keep every position), %d "
+                      "as is_causal", folded["all"], folded["causal"])
     if opts.log_softmax_via_logsumexp and is_training(gm, example_inputs):
         n = rewrite_log_softmax(gm)
         if n:

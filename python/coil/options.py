@@ -92,6 +92,7 @@ PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "views_in_backward": bool,
                                          "recompute_pointwise": bool,
                                          "log_softmax_via_logsumexp": bool,
+                                         "fold_attention_masks": bool,
                                          "free_backward_inputs": bool,
                                          "input_mutations_in_graph": bool,
                                          "reduce_overhead": bool,
@@ -159,6 +160,10 @@ class CoilOptions:
     # backward saves the logits and a value per row, not the log-probabilities
     # (log_softmax_rewrite.py).
     log_softmax_via_logsumexp: bool = True
+    # An attention mask built from constants alone (no graph input) is evaluated at compile
+    # time: one that keeps every position is dropped, SDPA's causal pattern becomes
+    # is_causal=True, so the dispatcher may pick a fused kernel (attention_mask_fold.py).
+    fold_attention_masks: bool = True
     # Backward graphs take AOTAutograd's saved activations over and drop each after its last
     # reader (from their second call on), as Inductor does; off, they live to the end of the
     # backward (ResNet-50 training: backward peak 1.1 GB above Inductor's).
