@@ -182,3 +182,12 @@ def test_folded_mask_lets_cuda_pick_a_fused_kernel(fn):
     torch._dynamo.reset()
     out = torch.compile(fn, backend="coil")(*args)
     torch.testing.assert_close(out, fn(*args), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_float32_cuda_masks_stay_for_the_tf32_math_path():
+    """In float32 on CUDA the fused kernels compute in full float32, slower than the math
+    composition's TF32 products: the mask is not folded."""
+    args = tuple(t.to("cuda") for t in _qkv())
+    gm = _dynamo_graph(keep_all_broadcast, args)
+    assert fold_attention_masks(gm) == {"all": 0, "causal": 0}
