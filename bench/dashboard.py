@@ -28,13 +28,15 @@ Per row, measured in the child (docs/benchmarks.md says how to read it):
              CPU: the process's peak resident memory over one step above the resident memory
              before it (VmHWM - VmRSS)
 Inference runs in float32 on the CPU and in bfloat16 on the GPU; training in float32 (GPU: TF32
-matmuls allowed, for both compilers alike). Dropout is switched off in every copy (the
+matmuls allowed, for both compilers alike); mode train_bf16 trains float32 weights with the
+forward and loss under bfloat16 autocast (mixed precision; --mode train_bf16). Dropout is switched off in every copy (the
 compilers draw other random numbers than eager, and accuracy could not be judged).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -124,7 +126,12 @@ class Variant:
             self.fn = torch.compile(self.model, backend="inductor", **kw)
         else:
             self.fn = torch.compile(self.model, backend="coil", **kw)
-        self.opt = (torch.optim.SGD(self.model.parameters(), lr=1e-4) if mode == "train" else None)
+        self.opt = (torch.optim.SGD(self.model.parameters(), lr=1e-4) if mode != "infer" else None)
+        # train_bf16: float32 weights, forward (and loss) under bfloat16 autocast, as mixed-
+        # precision training runs.
+        device = next((t.device.type for t in inputs if isinstance(t, torch.Tensor)), "cpu")
+        self.amp = ((lambda: torch.autocast(device, dtype=torch.bfloat16))
+                    if mode == "train_bf16" else contextlib.nullcontext)
 
     def forward(self):
         import torch
@@ -132,13 +139,14 @@ class Variant:
         if self.mode == "infer":
             with torch.no_grad():
                 return self.fn(*self.inputs)
-        out = self.fn(*self.inputs)
-        return out
+        with self.amp():
+            return self.fn(*self.inputs)
 
     def grads(self):
         """Loss and parameter gradients of one forward and backward (no optimizer step)."""
         self.model.zero_grad(set_to_none=True)
-        loss = self.loss_of(self.fn(*self.inputs))
+        with self.amp():
+            loss = self.loss_of(self.fn(*self.inputs))
         loss.backward()
         return [loss.detach()] + [p.grad for p in self.model.parameters() if p.grad is not None]
 
@@ -146,7 +154,8 @@ class Variant:
         if self.mode == "infer":
             return self.forward()
         self.opt.zero_grad(set_to_none=True)
-        loss = self.loss_of(self.fn(*self.inputs))
+        with self.amp():
+            loss = self.loss_of(self.fn(*self.inputs))
         loss.backward()
         self.opt.step()
         return loss
@@ -179,7 +188,8 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float,
         model.eval()
     model = model.to(dtype)
     inputs = _cast_inputs(inputs, dtype)
-    row["dtype"] = str(dtype).replace("torch.", "")
+    row["dtype"] = str(dtype).replace("torch.", "") + (
+        " weights, bfloat16 autocast" if mode == "train_bf16" else "")
 
     # Dynamo's own first-use costs, paid before anything is timed.
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
@@ -213,6 +223,7 @@ def run_child(name: str, mode: str, device: str, min_reps: int, budget_s: float,
             v = accuracy.compare(variants[n].forward(), want, ref)
             checks[n] = {"ok": bool(v), "detail": v.detail}
     else:
+        fp64.amp = contextlib.nullcontext  # the float64 reference runs without autocast
         want, ref = variants["eager"].grads(), fp64.grads()
         for n in ("coil", "inductor"):
             v = accuracy.compare(variants[n].grads(), want, ref)
@@ -366,7 +377,8 @@ def summary(rows: list[dict], header: str = "") -> str:
 
     out = [header] if header else []
     groups = [(cm, mode) for cm in ("default", "reduce-overhead", "max-autotune",
-                                    "max-autotune-no-cudagraphs") for mode in ("infer", "train")]
+                                    "max-autotune-no-cudagraphs")
+              for mode in ("infer", "train", "train_bf16")]
     for cm, mode in groups:
         rs = [r for r in rows if r.get("mode") == mode and r.get("compile_mode", "default") == cm]
         if not rs:
@@ -376,7 +388,8 @@ def summary(rows: list[dict], header: str = "") -> str:
         ind_pass = [r for r in ok if r["accuracy"]["inductor"]["ok"]]
         ratio = {r["model"]: r["ms"]["inductor"] / r["ms"]["coil"] for r in ok}
         g = geomean(list(ratio.values()))
-        title = "Inference" if mode == "infer" else "Training"
+        title = {"infer": "Inference", "train": "Training",
+                 "train_bf16": "Training, bfloat16 autocast"}[mode]
         if cm != "default":
             title += f", mode={cm} (both compilers)"
         out.append(f"\n### {title}: {len(rs)} models\n")

@@ -4,9 +4,10 @@
     python bench/dashboard_kernels.py timm_convnext_tiny --variants inductor,coil,coil_b \
         --coil-b-options cuda_native_depthwise=0 --no-profile
 
-Each variant is the dashboard's step (bench/dashboard.py: bf16 inference, or an fp32 training
-step with TF32 and SGD) under torch.compile. Steps are timed interleaved (best of 5 rounds of 10),
-then, unless --no-profile, 5 steps of each run under torch.profiler (CUPTI also sees the kernels
+Each variant is the dashboard's step (bench/dashboard.py: bf16 inference, an fp32 training
+step with TF32 and SGD, or train_bf16: that step under bfloat16 autocast) under torch.compile.
+Steps are timed interleaved (best of 5 rounds of 10), then, unless --no-profile, 5 steps of
+each run under torch.profiler (CUPTI also sees the kernels
 of replayed CUDA graphs), and the kernel time per step is split by kind (bench/gpu_profile.py:
 kernel_kind: generated kernels, Triton's or coil's; a library's convolutions and products;
 layout transposes; attention; copies; the optimizer), with the longest kernels listed. `coil_b` is coil with other options (--coil-b-options): an A/B of one option in
@@ -59,7 +60,9 @@ def make_step(model, inputs, mode: str, compiler: str, compile_mode: str | None,
             with torch.no_grad():
                 return fn(*inputs)
         opt.zero_grad(set_to_none=True)
-        dashboard_models.loss_of(fn(*inputs)).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "train_bf16"):
+            loss = dashboard_models.loss_of(fn(*inputs))
+        loss.backward()
         opt.step()
 
     return step
@@ -162,7 +165,7 @@ def kernel_base(name: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
-    ap.add_argument("--mode", choices=("infer", "train"), default="infer")
+    ap.add_argument("--mode", choices=("infer", "train", "train_bf16"), default="infer")
     ap.add_argument("--compile-mode", default="default")
     ap.add_argument("--variants", default="inductor,coil", help="inductor, coil, coil_b")
     ap.add_argument("--coil-options", default="", help="k=v,... for coil")
