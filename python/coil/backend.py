@@ -640,6 +640,7 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         inference_compiler=inference_compiler,
         decompositions=coil_decompositions(),
         keep_inference_input_mutations=opts.input_mutations_in_graph,
-        **partition_kwargs(opts.recompute, opts.views_in_backward, opts.recompute_pointwise),
+        **partition_kwargs(opts.recompute, opts.views_in_backward, opts.recompute_pointwise,
+                           opts.save_smaller_sources),
     )
     return disable(compiled)

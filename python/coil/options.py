@@ -91,6 +91,7 @@ PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "cuda_graphs": bool, "cse": bool, "recompute": bool,
                                          "views_in_backward": bool,
                                          "recompute_pointwise": bool,
+                                         "save_smaller_sources": bool,
                                          "log_softmax_via_logsumexp": bool,
                                          "fold_attention_masks": bool,
                                          "free_backward_inputs": bool,
@@ -156,6 +157,10 @@ class CoilOptions:
     # With it, on CUDA graphs, cheap elementwise values the backward can compute again from what
     # it gets anyway are not saved either (GELU and LayerNorm outputs; partition.py).
     recompute_pointwise: bool = True
+    # With it, a smaller forward value those elementwise values come from is saved in their
+    # place where the backward would not otherwise get it (an autocast GELU's bfloat16 product
+    # instead of its float32 tanh and cube; partition.py: _cheaper_sources).
+    save_smaller_sources: bool = True
     # Training graphs compute float32 log_softmax / cross_entropy as x - logsumexp(x), so the
     # backward saves the logits and a value per row, not the log-probabilities
     # (log_softmax_rewrite.py).

@@ -19,6 +19,9 @@ again from its input, which the GELU's gradient saves anyway, and a LayerNorm's 
 input and statistics. Each costs the backward one elementwise pass; each saves an activation
 (GPT-2 at the GPU size: 12 x 48 MiB of GELU outputs alone). On the CPU the extra passes cost
 time the dashboard measures, and memory is not the constraint, so they stay saved there.
+Where such values come from a forward value the backward does not read (under autocast, a
+GELU's float32 chain from a bfloat16 product), that smaller value is saved in their place
+(option save_smaller_sources; _cheaper_sources).
 """
 
 from __future__ import annotations
@@ -98,7 +101,68 @@ def _is_cheap_pointwise(node: fx.Node) -> bool:
     return torch.Tag.pointwise in tags
 
 
-def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> int:
+def _static_bytes(n: fx.Node) -> int | None:
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in v.shape):
+        return None
+    return v.numel() * v.element_size()
+
+
+def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
+                     mutated: set[fx.Node], free, recomputable) -> set[fx.Node]:
+    """Forward values worth saving in place of the larger values the backward reads that they
+    compute through cheap elementwise chains. Under autocast a GELU written out in ops (GPT-2's)
+    reads a bfloat16 product, casts it to float32 and saves float32 tanh, cube and scaled
+    copies for its gradient: the product itself (one bfloat16 tensor) is not read by the
+    backward, so nothing could be computed again from it, and each layer saved 125 MB where
+    25 MB give the same values. Read values that cannot be computed again from what is
+    available are grouped by the unavailable forward values ("sources") their chains would
+    need; a group's sources are saved when they are smaller than the group's values. `free`:
+    what the backward has without saving more (available values and views of them)."""
+
+    def sources_of(n: fx.Node) -> frozenset[fx.Node] | None:
+        need: set[fx.Node] = set()
+        leaves: set[fx.Node] = set()
+        stack = [n]
+        while stack:
+            m = stack.pop()
+            if m in need or m in leaves:
+                continue
+            if m is not n and free(m):  # available, or a view of an available value
+                continue
+            if m is not n and not recomputable(m):
+                if m not in forward or m in mutated or _static_bytes(m) is None:
+                    return None
+                leaves.add(m)
+                continue
+            if m in mutated or not recomputable(m):
+                return None
+            need.add(m)
+            if len(need) > MAX_RECOMPUTED_CHAIN:
+                return None
+            stack.extend(a for a in m.all_input_nodes
+                         if isinstance(a.meta.get("val"), torch.Tensor))
+        return frozenset(leaves)
+
+    groups: dict[frozenset[fx.Node], int] = {}
+    for n in graph.nodes:
+        if n not in read or not recomputable(n) or _is_view(n):
+            continue
+        size = _static_bytes(n)
+        leaves = sources_of(n)
+        if size is None or not leaves:  # not computable again, or already from available
+            continue
+        groups[leaves] = groups.get(leaves, 0) + size
+    added: set[fx.Node] = set()
+    for leaves, gain in sorted(groups.items(), key=lambda kv: -kv[1]):
+        cost = sum(_static_bytes(x) for x in leaves if x not in added)
+        if cost < gain:
+            added |= leaves
+    return added
+
+
+def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
+                            smaller_sources: bool = True) -> int:
     """Clones into the backward the forward values the backward reads that it can compute again
     from what it gets anyway (forward inputs, and forward values it reads directly): views,
     and with `pointwise` chains of cheap elementwise ops (a GELU's output next to its saved
@@ -142,7 +206,12 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     def recomputable(n: fx.Node) -> bool:
         return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
 
-    def can_take_again(n: fx.Node) -> set[fx.Node] | None:
+    if pointwise and smaller_sources:
+        read |= _cheaper_sources(
+            graph, forward, read, mutated,
+            lambda m: available(m) or saved_view_of(m) is not None, recomputable)
+
+    def can_take_again(n: fx.Node, taken_views=frozenset()) -> set[fx.Node] | None:
         """The saved views n's chain reads (saved_view_of) where n can be computed again from
         available values by cloning at most MAX_RECOMPUTED_CHAIN recomputable nodes (n
         included); None where it cannot."""
@@ -155,7 +224,7 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
                 continue
             if m is not n and available(m):
                 continue
-            if m is not n and (u := saved_view_of(m, exclude={n})) is not None:
+            if m is not n and (u := saved_view_of(m, exclude={n} | taken_views)) is not None:
                 views.add(u)
                 continue
             if m in mutated or not recomputable(m):
@@ -172,12 +241,19 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False) -> i
     # A chain that reads a saved view only works if that view stays saved: two reshaped
     # views of one value (attention's probabilities, viewed for the softmax's gradient and
     # for the batched product) would otherwise each be taken again through the other.
+    # Such a chain is tried again without those views (computing through them instead, from
+    # what else is available: an autocast GELU's `tanh + 1` from the saved bfloat16 product
+    # once `tanh` itself is taken again).
     changed = True
     while changed:
         changed = False
         for n, views in list(reads_views.items()):
             if views & reads_views.keys():
-                del reads_views[n]
+                again = can_take_again(n, frozenset(views & reads_views.keys()))
+                if again is not None and not again & reads_views.keys():
+                    reads_views[n] = again
+                else:
+                    del reads_views[n]
                 changed = True
     candidates = [n for n in graph.nodes if n in reads_views]
     if not candidates:
@@ -231,11 +307,13 @@ def _on_cuda(joint: fx.GraphModule) -> bool:
 
 
 def _default_partition_taking_values_again(joint: fx.GraphModule, joint_inputs: Any, *,
-                                           recompute_pointwise: bool = False, **kw):
+                                           recompute_pointwise: bool = False,
+                                           smaller_sources: bool = True, **kw):
     from torch._functorch.partitioners import default_partition
 
     try:
-        n = taken_again_in_backward(joint, pointwise=recompute_pointwise and _on_cuda(joint))
+        n = taken_again_in_backward(joint, pointwise=recompute_pointwise and _on_cuda(joint),
+                                    smaller_sources=smaller_sources)
         if n:
             log.debug("coil: %d saved value(s) taken again in the backward", n)
     except Exception as e:  # an optimization: the plain partition is always right
@@ -245,7 +323,8 @@ def _default_partition_taking_values_again(joint: fx.GraphModule, joint_inputs: 
 
 
 def partition_kwargs(recompute: bool, views_in_backward: bool = True,
-                     recompute_pointwise: bool = True) -> dict[str, Any]:
+                     recompute_pointwise: bool = True,
+                     smaller_sources: bool = True) -> dict[str, Any]:
     """aot_module_simplified's partition_fn for coil's options.
 
     recompute on (and networkx, which it needs, installed): AOTAutograd's min-cut partitioner,
@@ -253,7 +332,8 @@ def partition_kwargs(recompute: bool, views_in_backward: bool = True,
     backward's fused kernels (views among them). Off (the default; measured slower and larger
     for GPT-2 training, docs/decisions.md): the default partition, with views taken again in
     the backward, and on the GPU (recompute_pointwise) cheap elementwise values too
-    (taken_again_in_backward)."""
+    (taken_again_in_backward), from smaller values saved in their place where that pays
+    (smaller_sources: _cheaper_sources)."""
     if recompute:
         try:
             import networkx  # noqa: F401
@@ -266,4 +346,5 @@ def partition_kwargs(recompute: bool, views_in_backward: bool = True,
     if not views_in_backward:
         return {}  # AOTAutograd's default partition as it is
     return {"partition_fn": functools.partial(_default_partition_taking_values_again,
-                                              recompute_pointwise=recompute_pointwise)}
+                                              recompute_pointwise=recompute_pointwise,
+                                              smaller_sources=smaller_sources)}

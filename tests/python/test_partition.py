@@ -174,3 +174,57 @@ def test_attention_probabilities_saved_once():
     sizes = [o.meta["val"].numel() for o in outputs if hasattr(o, "meta")
              and isinstance(o.meta.get("val"), torch.Tensor)]
     assert sizes.count(2 * 4 * 16 * 16) == 1, sizes
+
+
+class _AutocastGelu(torch.nn.Module):
+    """GPT-2's GELU as autocast leaves it: the products in bfloat16, the tanh chain in float32
+    (autocast runs pow in float32), the result cast back for the next product."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 64).to(torch.bfloat16)
+        self.down = torch.nn.Linear(64, 16).to(torch.bfloat16)
+
+    def forward(self, x):
+        h = self.up(x)
+        hf = h.float()
+        t = torch.tanh(0.7978845608028654 * (h + 0.044715 * hf.pow(3.0)))
+        return self.down(((0.5 * h) * (1.0 + t)).to(torch.bfloat16))
+
+
+def _saved_bytes(fn) -> int:
+    outputs = fn.gm.graph.find_nodes(op="output")[0].args[0]
+    return sum(o.meta["val"].numel() * o.meta["val"].element_size() for o in outputs
+               if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor))
+
+
+def test_smaller_source_saved_instead_of_float32_chain_values(monkeypatch):
+    """The backward reads the float32 tanh, the float32 cast and the scaled bfloat16 input of
+    the GELU; none can be computed again from what it has, but all come from the bfloat16
+    product, which is smaller: that is saved instead (option save_smaller_sources, forced as
+    on the GPU), and training matches eager."""
+    from coil import partition
+
+    saved = {}
+    for rule in (False, True):
+        torch._dynamo.reset()
+        monkeypatch.setattr(partition, "_on_cuda", lambda joint: True)
+        torch.manual_seed(0)
+        eager_model = _AutocastGelu()
+        model = copy.deepcopy(eager_model)
+        x = torch.randn(32, 16, dtype=torch.bfloat16)
+        before = set(map(id, _forward_fns()))
+        compiled = torch.compile(model, backend="coil",
+                                 options={"strict": True, "save_smaller_sources": rule})
+        got = _train(model, compiled, x, steps=2)
+        want = _train(eager_model, eager_model, x, steps=2)
+        for a, b in zip(got[0], want[0]):
+            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+        for ga, gb in zip(got[1], want[1]):
+            for a, b in zip(ga, gb):
+                torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+        (fn,) = [f for f in _forward_fns() if id(f) not in before]
+        saved[rule] = _saved_bytes(fn)
+    # Without the rule: float32 tanh and cast (2 x 8 KiB) and the bfloat16 scaled input;
+    # with it: the bfloat16 product (4 KiB) in their place.
+    assert saved[True] <= saved[False] - 2 * 32 * 64 * 4, saved
