@@ -158,15 +158,14 @@ def _fold(node: fx.Node, dead: set[fx.Node]) -> str | None:
     nodes = _constant_ancestors(mask)
     if nodes is None:
         return None
-    try:
-        value = _evaluate(nodes, mask)
-    except Exception:  # noqa: BLE001 -- anything unexpected: leave the mask as it is
-        return None
-    if value is None:
-        return None
     q = _arg(node, "query", None)
     k = _arg(node, "key", None)
-    kind = _classify(value, _static_size(q, -2), _static_size(k, -2))
+    try:
+        value = _evaluate(nodes, mask)
+        kind = None if value is None else _classify(value, _static_size(q, -2),
+                                                     _static_size(k, -2))
+    except Exception:  # noqa: BLE001 -- anything unexpected (a fake-tensor context whose
+        return None    # values cannot be read, say): leave the mask as it is
     if kind is None:
         return None
     _set_arg(node, "attn_mask", None)

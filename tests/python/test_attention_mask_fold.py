@@ -191,3 +191,13 @@ def test_float32_cuda_masks_stay_for_the_tf32_math_path():
     args = tuple(t.to("cuda") for t in _qkv())
     gm = _dynamo_graph(keep_all_broadcast, args)
     assert fold_attention_masks(gm) == {"all": 0, "causal": 0}
+
+
+def test_fake_tensor_context_leaves_the_mask():
+    """Where the backend runs under fake tensors (values unreadable), the mask stays and
+    nothing raises."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = _dynamo_graph(keep_all_broadcast, _qkv())
+    with FakeTensorMode():
+        assert fold_attention_masks(gm) == {"all": 0, "causal": 0}
