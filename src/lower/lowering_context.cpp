@@ -178,14 +178,17 @@ void LoweringContext::store_into(BufferId out, const TensorValue& v) {
   program_->steps.push_back(std::move(node));
 }
 
+const Value* LoweringContext::stored_value_of(const TensorValue& v) const {
+  for (size_t id = 0; id < values_.size(); ++id)
+    if (values_[id].has_value() && &*values_[id] == &v) return owners_[id];
+  return nullptr;
+}
+
 TensorValue LoweringContext::realize(const TensorValue& v) {
   if (v.strided) return v;
   // A graph Value's stored value takes the Value's own dense layout (eager's strides: a
   // channels-last activation stays channels-last for the convolution that reads it).
-  for (size_t id = 0; id < values_.size(); ++id) {
-    if (values_[id].has_value() && &*values_[id] == &v && owners_[id] != nullptr)
-      return realize_like(v, owners_[id]->meta());
-  }
+  if (const Value* owner = stored_value_of(v)) return realize_like(v, owner->meta());
   return realize_with_strides(v, contiguous_strides(ctx(), v.sizes));
 }
 

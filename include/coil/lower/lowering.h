@@ -160,6 +160,9 @@ class LoweringContext {
   // TensorValue is replaced by the realized one, so later users read the buffer; otherwise
   // the buffer is contiguous.
   TensorValue realize(const TensorValue& v);
+  // The graph Value whose stored value `v` is (the same object, as realize() tells them), or
+  // nullptr where `v` is a copy or a value of the lowering's own.
+  const Value* stored_value_of(const TensorValue& v) const;
   // Like realize, with the dense layout of `meta` (contiguous when meta's is not dense).
   TensorValue realize_like(const TensorValue& v, const TensorMeta& meta);
   // Like realize, but always computes a new Intermediate buffer with the given strides (a
