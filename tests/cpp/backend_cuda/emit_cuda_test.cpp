@@ -291,6 +291,26 @@ TEST(EmitCuda, InBoundsMaskedLoadsShareOneVector) {
 // A transposed read (attention's k^T materialized for a bmm; a bias added to a permuted input)
 // gets the tiled entry point _t: both tile phases, shared arrays with a padded pitch, the
 // transposed load read from shared memory, the contiguous one from global memory.
+// A product reads either orientation in place, so an elementwise result that it reads through
+// a transpose (a weight gradient's permute of a value the backward computes again) is written
+// in its own order, the transposed view's eager layout: a plain vector kernel, no tile.
+TEST(EmitCuda, TransposedProductOperandIsWrittenInItsOwnOrder) {
+  CudaSource src = emit_graph(
+      "graph(%0: bf16[256, 192]@cuda, %1: f32[256, 192]@cuda, %2: bf16[256, 64]@cuda):\n"
+      "  %3: f32[256, 192]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %4: bf16[256, 192]@cuda = aten._to_copy.default(%3, dtype=dtype(bf16))\n"
+      "  %5: bf16[192, 256]{1, 192}@cuda = aten.permute.default(%4, [1, 0])\n"
+      "  %6: bf16[192, 64]@cuda = aten.mm.default(%5, %2)\n"
+      "  return (%6)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  const auto& k = src.kernels[0];
+  EXPECT_EQ(k.kind, KernelKind::Pointwise);
+  EXPECT_EQ(k.tile, 0) << code;
+  EXPECT_GT(k.vec, 0) << code;
+  expect_compiles(src);
+}
+
 TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
   CudaSource src = emit_graph(
       "graph(%0: bf16[8, 70, 12, 64]@cuda, %1: bf16[70]@cuda):\n"
