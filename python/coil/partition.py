@@ -108,6 +108,37 @@ def _static_bytes(n: fx.Node) -> int | None:
     return v.numel() * v.element_size()
 
 
+def _chain_boundary(n: fx.Node, boundary, mutated: set[fx.Node],
+                    recomputable) -> set[fx.Node] | None:
+    """Walks back from n through the nodes a recomputation of n would clone (n included, at
+    most MAX_RECOMPUTED_CHAIN, each recomputable and not mutated). `boundary(m)` says, for every
+    other node reached: ("walk", None) to clone it too, ("stop", x) to read it as it is
+    (recording x where not None), ("fail", None) to give up. Returns the recorded values, or
+    None where the chain cannot be computed again."""
+    need: set[fx.Node] = set()
+    recorded: set[fx.Node] = set()
+    stack = [n]
+    while stack:
+        m = stack.pop()
+        if m in need:
+            continue
+        if m is not n:
+            kind, x = boundary(m)
+            if kind == "fail":
+                return None
+            if kind == "stop":
+                if x is not None:
+                    recorded.add(x)
+                continue
+        if m in mutated or not recomputable(m):
+            return None
+        need.add(m)
+        if len(need) > MAX_RECOMPUTED_CHAIN:
+            return None
+        stack.extend(a for a in m.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor))
+    return recorded
+
+
 def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
                      mutated: set[fx.Node], free, recomputable) -> set[fx.Node]:
     """Forward values worth saving in place of the larger values the backward reads that they
@@ -120,29 +151,18 @@ def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
     need; a group's sources are saved when they are smaller than the group's values. `free`:
     what the backward has without saving more (available values and views of them)."""
 
+    def source(m: fx.Node) -> tuple[str, fx.Node | None]:
+        if free(m):  # available, or a view of an available value
+            return "stop", None
+        if recomputable(m):
+            return "walk", None
+        if m not in forward or m in mutated or _static_bytes(m) is None:
+            return "fail", None
+        return "stop", m  # computed otherwise: a source to save
+
     def sources_of(n: fx.Node) -> frozenset[fx.Node] | None:
-        need: set[fx.Node] = set()
-        leaves: set[fx.Node] = set()
-        stack = [n]
-        while stack:
-            m = stack.pop()
-            if m in need or m in leaves:
-                continue
-            if m is not n and free(m):  # available, or a view of an available value
-                continue
-            if m is not n and not recomputable(m):
-                if m not in forward or m in mutated or _static_bytes(m) is None:
-                    return None
-                leaves.add(m)
-                continue
-            if m in mutated or not recomputable(m):
-                return None
-            need.add(m)
-            if len(need) > MAX_RECOMPUTED_CHAIN:
-                return None
-            stack.extend(a for a in m.all_input_nodes
-                         if isinstance(a.meta.get("val"), torch.Tensor))
-        return frozenset(leaves)
+        leaves = _chain_boundary(n, source, mutated, recomputable)
+        return None if leaves is None else frozenset(leaves)
 
     groups: dict[frozenset[fx.Node], int] = {}
     for n in graph.nodes:
@@ -215,26 +235,15 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
         """The saved views n's chain reads (saved_view_of) where n can be computed again from
         available values by cloning at most MAX_RECOMPUTED_CHAIN recomputable nodes (n
         included); None where it cannot."""
-        need: set[fx.Node] = set()
-        views: set[fx.Node] = set()
-        stack = [n]
-        while stack:
-            m = stack.pop()
-            if m in need:
-                continue
-            if m is not n and available(m):
-                continue
-            if m is not n and (u := saved_view_of(m, exclude={n} | taken_views)) is not None:
-                views.add(u)
-                continue
-            if m in mutated or not recomputable(m):
-                return None
-            need.add(m)
-            if len(need) > MAX_RECOMPUTED_CHAIN:
-                return None
-            stack.extend(a for a in m.all_input_nodes
-                         if isinstance(a.meta.get("val"), torch.Tensor))
-        return views
+
+        def boundary(m: fx.Node) -> tuple[str, fx.Node | None]:
+            if available(m):
+                return "stop", None
+            if (u := saved_view_of(m, exclude={n} | taken_views)) is not None:
+                return "stop", u
+            return "walk", None
+
+        return _chain_boundary(n, boundary, mutated, recomputable)
 
     reads_views = {n: v for n in graph.nodes
                    if n in read and recomputable(n) and (v := can_take_again(n)) is not None}
