@@ -117,6 +117,8 @@ def _static_size(node: Any, dim: int) -> int | None:
 
 def _classify(mask: torch.Tensor, q_len: int | None, kv_len: int | None) -> str | None:
     """'all' when the mask keeps every position, 'causal' when it is SDPA's causal pattern."""
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        return None  # SDPA takes bool or float masks only: leave its error to it
     keep = mask if mask.dtype == torch.bool else mask == 0
     if mask.dtype != torch.bool and not torch.isin(mask, torch.tensor(
             [0.0, float("-inf")], dtype=mask.dtype, device=mask.device)).all():
