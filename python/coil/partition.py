@@ -168,6 +168,8 @@ def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
     for n in graph.nodes:
         if n not in read or not recomputable(n) or _is_view(n):
             continue
+        if any(u.op == "output" for u in n.users):
+            continue  # a graph output is kept whatever the backward does: nothing to gain
         size = _static_bytes(n)
         leaves = sources_of(n)
         if size is None or not leaves:  # not computable again, or already from available
