@@ -55,6 +55,16 @@ for pkg in timm transformers; do
   fi
 done
 
+# NVRTC alone (no GPU, no CUDA toolkit): the CUDA emitter's C++ tests compile the kernels they
+# emit for sm_90 with it (tests/cpp/backend_cuda: expect_compiles; they skip without it), so
+# generated CUDA that does not compile fails here, not on the next GPU machine. NVIDIA's
+# redistributable wheel, the one CUDA builds of torch depend on; scripts/test.sh points ctest at it.
+if ! "$PY" -m pip show -q nvidia-cuda-nvrtc-cu12 >/dev/null 2>&1; then
+  log "installing nvidia-cuda-nvrtc-cu12 (CUDA compile tests)"
+  pip_install --no-deps nvidia-cuda-nvrtc-cu12==12.9.86 ||
+    log "NVRTC not installed (no network?): the CUDA compile tests will skip"
+fi
+
 # The build: an editable install (entry point + extension) whose CMake build also compiles the
 # gtest executables. build-dir is fixed (pyproject.toml) and ccache is used, so rebuilds are
 # incremental.
