@@ -115,7 +115,11 @@ int KernelEmitter::vector_width(size_t inner) {
       // A masked load inside its buffer is read unmasked, the mask applied per element; one
       // that may lie outside reads its vector under the mask, the same for the whole vector.
       const bool masked = in.mask >= 0 && !always_in_bounds(in);
-      if (masked && !mask_invariant(n->body, in.mask, var)) return 0;
+      if (masked) {
+        run_cap =
+            std::min(run_cap, mask_chunk_width(n->body, in.mask, var, k_.outer_ranges[inner]));
+        if (run_cap < 2) return 0;
+      }
       Expr flat = flat_index(in.buffer, in.index);
       auto s = run_stride(flat, var);
       if (!s || (*s != 0 && *s != 1)) return 0;
@@ -184,6 +188,54 @@ bool KernelEmitter::mask_invariant(const loop::Body& b, InstrId mask, Expr var) 
     }
   }
   return true;
+}
+
+// The widest vector (a power of two up to kMaxVectorLanes; 0: none) within whose aligned chunks
+// along `var` the mask has one value, so that the vector entry point may load a chunk under the
+// mask at its first element. mask_invariant's masks qualify at any width. So do masks computed
+// from index conditions on `var` alone that change value only at multiples of the width: a
+// concatenation along the inner dim tests `768 <= x1 < 1536` for its second piece (GPT-2's
+// query/key/value gradients joined into [tokens, 2304]), constant over chunks of 8 there.
+// Checked by evaluating each such condition over the dim's constant extent (up to
+// kMaxCheckedExtent values): a condition that also reads another variable does not qualify.
+int KernelEmitter::mask_chunk_width(const loop::Body& b, InstrId mask, Expr var, Expr extent) {
+  if (mask_invariant(b, mask, var)) return kMaxVectorLanes;
+  constexpr int64_t kMaxCheckedExtent = 1 << 15;
+  const std::optional<int64_t> n = ctx_.as_const(extent);
+  if (!n || *n < 2 || *n > kMaxCheckedExtent) return 0;
+  int width = kMaxVectorLanes;
+  std::vector<int64_t> values(static_cast<size_t>(*n));
+  for (InstrId id : mask_chain(b, mask)) {
+    const Instr& in = b.instrs[id];
+    switch (in.kind) {
+      case InstrKind::Load:
+      case InstrKind::Indirect:
+      case InstrKind::Rand:
+      case InstrKind::Randn:
+        return 0;
+      case InstrKind::IndexExpr: {
+        if (!ctx_.depends_on(in.expr, var)) break;
+        for (int64_t v = 0; v < *n; ++v) {
+          const std::optional<int64_t> c =
+              ctx_.as_const(ctx_.substitute(in.expr, {{var, ctx_.constant(v)}}));
+          if (!c) return 0;
+          values[static_cast<size_t>(v)] = *c;
+        }
+        auto chunks_constant = [&](int w) {
+          for (int64_t v = 0; v < *n; ++v)
+            if (values[static_cast<size_t>(v)] != values[static_cast<size_t>(v - v % w)])
+              return false;
+          return true;
+        };
+        while (width >= 2 && !chunks_constant(width)) width /= 2;
+        if (width < 2) return 0;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return width;
 }
 
 // The instructions `mask` is computed from, itself included, in body order (ids ascend, and

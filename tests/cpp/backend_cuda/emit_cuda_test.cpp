@@ -311,6 +311,30 @@ TEST(EmitCuda, TransposedProductOperandIsWrittenInItsOwnOrder) {
   expect_compiles(src);
 }
 
+// A concatenation along the inner dim reads each piece under a mask on the inner index
+// (`768 <= x1 < 1536`): constant over aligned chunks of the vector's width where the pieces'
+// boundaries are multiples of it, so the kernel gets its vector entry point, as wide as the
+// boundaries allow; pieces of odd width keep the scalar loop.
+TEST(EmitCuda, ConcatenationAlongInnerDimIsVectorized) {
+  auto cat = [](const std::string& a, const std::string& b, const std::string& c,
+                const std::string& out) {
+    return emit_graph("graph(%0: bf16[64, " + a + "]@cuda, %1: bf16[64, " + b +
+                      "]@cuda, %2: bf16[64, " + c + "]@cuda):\n  %3: bf16[64, " + out +
+                      "]@cuda = aten.cat.default([%0, %1, %2], 1)\n  return (%3)\n");
+  };
+  CudaSource qkv = cat("768", "768", "768", "2304");
+  ASSERT_EQ(qkv.kernels.size(), 1u);
+  EXPECT_EQ(qkv.kernels[0].vec, 8) << backend::cuda::strip_prelude(qkv.code);
+  expect_compiles(qkv);
+  CudaSource fours = cat("100", "156", "40", "296");
+  ASSERT_EQ(fours.kernels.size(), 1u);
+  EXPECT_EQ(fours.kernels[0].vec, 4) << backend::cuda::strip_prelude(fours.code);
+  expect_compiles(fours);
+  CudaSource odd = cat("101", "155", "40", "296");
+  ASSERT_EQ(odd.kernels.size(), 1u);
+  EXPECT_EQ(odd.kernels[0].vec, 0) << backend::cuda::strip_prelude(odd.code);
+}
+
 TEST(EmitCuda, TransposedReadsGetTiledEntryPoint) {
   CudaSource src = emit_graph(
       "graph(%0: bf16[8, 70, 12, 64]@cuda, %1: bf16[70]@cuda):\n"
