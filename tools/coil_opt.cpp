@@ -7,7 +7,13 @@
 // realize rule's outcome, before fusion).
 //
 //   coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] [--no-verify]
-//            [--emit=cuda|cpp|portable|fusion|loops|BACKEND] [--set=OPTION=VALUE]...
+//            [--emit=cuda|cpp|portable|fusion|loops|BACKEND] [--compile] [--set=OPTION=VALUE]...
+//
+// --compile (with --emit=cuda) also compiles the generated source with NVRTC for sm_90, as the
+// runtime would on an H100, without a GPU (libnvrtc alone: NVIDIA's nvidia-cuda-nvrtc wheel,
+// which scripts/setup.sh installs; option cuda_nvrtc_path names another): a dumped graph's
+// kernels are checked to compile on a machine with no GPU. Prints a summary line instead of the
+// kernels; exits 1 with NVRTC's log where they do not compile, 77 where NVRTC does not load.
 //
 // --set sets a compile option (a field of coil/support/options.h, e.g.
 // --set=recompute_cheap_values=0) for the lowering and scheduling that --emit runs.
@@ -32,6 +38,8 @@
 #include <vector>
 
 #include "coil/backend/api/backend.h"
+#include "coil/backend/cuda/emit_cuda.h"
+#include "coil/backend/cuda/nvrtc.h"
 #include "coil/graph/graph.h"
 #include "coil/graph/parser.h"
 #include "coil/graph/printer.h"
@@ -51,7 +59,7 @@ namespace {
 int usage(const char* msg) {
   if (msg) std::cerr << "coil-opt: " << msg << "\n";
   std::cerr << "usage: coil-opt FILE [--plugin=PATH]... [--passes=NAME[,NAME...]] [--final] "
-               "[--no-verify] [--emit=cuda|cpp|portable|fusion|loops|BACKEND] "
+               "[--no-verify] [--emit=cuda|cpp|portable|fusion|loops|BACKEND] [--compile] "
                "[--set=OPTION=VALUE]...\n"
                "passes:\n";
   const coil::passes::PassRegistry registry = coil::passes::registered_passes();
@@ -91,6 +99,31 @@ bool set_option(coil::CompileOptions& o, std::string_view name, const std::strin
   return false;
 }
 
+// --compile's exit status where NVRTC cannot be loaded (ctest's SKIP_RETURN_CODE).
+constexpr int kNoNvrtc = 77;
+
+// --compile: the CUDA backend's source of `g` through NVRTC for sm_90.
+int compile_cuda(const coil::Graph& g, const coil::CompileOptions& o) {
+  const std::string why = coil::backend::cuda::nvrtc_unavailable_reason(o);
+  if (!why.empty()) {
+    std::cerr << "coil-opt: --compile: " << why << "\n";
+    return kNoNvrtc;
+  }
+  const coil::backend::Backend& b = *coil::runtime::backends().find("cuda");
+  auto lowered = coil::lower::lower_graph(g, o, b.policy());
+  coil::sched::align_iteration_spaces(lowered.program);
+  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o, b.policy());
+  const coil::backend::cuda::CudaSource source =
+      coil::backend::cuda::emit_cuda(lowered.program, s, o);
+  coil::CompileOptions uncached = o;
+  uncached.cache_dir.clear();  // a check, not a build: nothing is kept
+  const coil::backend::cuda::CubinResult r =
+      coil::backend::cuda::compile_to_cubin(source.code, 9, 0, uncached);
+  std::cout << source.kernels.size() << " kernel(s) compiled for sm_90: " << r.cubin.size()
+            << " bytes of cubin in " << r.seconds << " s (" << r.command << ")\n";
+  return 0;
+}
+
 std::string emit(const coil::Graph& g, std::string_view backend, const coil::CompileOptions& o) {
   const coil::backend::BackendRegistry& backends = coil::runtime::backends();
   const coil::Device device =
@@ -115,6 +148,7 @@ int main(int argc, char** argv) {
   bool verify = true;
   bool final_only = false;
   std::string_view emit_backend;
+  bool compile = false;
   std::vector<std::string> plugins;
   coil::CompileOptions options;
   bool help = false;
@@ -134,6 +168,8 @@ int main(int argc, char** argv) {
                 .c_str());
     } else if (a.starts_with("--emit=")) {
       emit_backend = a.substr(7);
+    } else if (a == "--compile") {
+      compile = true;
     } else if (a == "--final") {
       final_only = true;
     } else if (a == "--no-verify") {
@@ -165,6 +201,7 @@ int main(int argc, char** argv) {
       names += (names.empty() ? "" : ", ") + n;
     return usage(("--emit takes cpp, fusion, loops or a backend's name (" + names + ")").c_str());
   }
+  if (compile && emit_backend != "cuda") return usage("--compile goes with --emit=cuda");
   coil::passes::Pipeline pipeline;
   try {
     pipeline = coil::passes::Pipeline::parse(pass_list, coil::passes::registered_passes());
@@ -206,7 +243,9 @@ int main(int argc, char** argv) {
       }
     };
     pipeline.run(*g, coil::CompileOptions{}, po);
-    if (!emit_backend.empty()) {
+    if (compile) {
+      return compile_cuda(*g, options);
+    } else if (!emit_backend.empty()) {
       std::cout << emit(*g, emit_backend, options);
     } else if (!printed) {
       std::cout << coil::print_graph(*g);
