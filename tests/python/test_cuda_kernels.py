@@ -54,6 +54,18 @@ def test_pointwise_chain(dtype, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("widths", [(768, 768, 768), (100, 156, 40), (101, 155, 40)])
+def test_concatenation_along_inner_dim(dtype, widths):
+    """Pieces whose boundaries are multiples of the vector width load a whole vector under one
+    mask (emit_pointwise: mask_chunk_width); odd widths stay scalar. Exact either way, also
+    with an elementwise op fused after the join."""
+    xs = [_randn(64, w, dtype=dtype) for w in widths]
+    _check(lambda a, b, c: torch.cat([a, b, c], 1), *xs, dtype=dtype, tol=dict(rtol=0, atol=0))
+    _check(lambda a, b, c: torch.cat([a * 2, b, c - 1], 1) + 0.5, *xs, dtype=dtype)
+
+
+@pytest.mark.gpu
 def test_pointwise_broadcast_and_transposed():
     x, b = _randn(256, 384), _randn(384)
     _check(lambda a, c: F.gelu(a + c), x, b)
