@@ -166,45 +166,22 @@ bool KernelEmitter::always_in_bounds(const Instr& load) {
   return true;
 }
 
-// Whether `mask` has one value for all the elements a vector entry point's thread handles: it
-// is computed from index expressions that do not depend on the inner variable `var`, through no
-// load. A native convolution's padding test is one: it tests spatial positions, and NHWC's inner
-// dim is the channel, so the thread's `vec` channels are all read or all padding, and the
-// vector load runs under the one condition (emit_pointwise).
-bool KernelEmitter::mask_invariant(const loop::Body& b, InstrId mask, Expr var) {
-  for (InstrId id : mask_chain(b, mask)) {
-    const Instr& in = b.instrs[id];
-    switch (in.kind) {
-      case InstrKind::Load:
-      case InstrKind::Indirect:
-      case InstrKind::Rand:
-      case InstrKind::Randn:
-        return false;
-      case InstrKind::IndexExpr:
-        if (ctx_.depends_on(in.expr, var)) return false;
-        break;
-      default:
-        break;
-    }
-  }
-  return true;
-}
-
 // The widest vector (a power of two up to kMaxVectorLanes; 0: none) within whose aligned chunks
-// along `var` the mask has one value, so that the vector entry point may load a chunk under the
-// mask at its first element. mask_invariant's masks qualify at any width. So do masks computed
-// from index conditions on `var` alone that change value only at multiples of the width: a
-// concatenation along the inner dim tests `768 <= x1 < 1536` for its second piece (GPT-2's
-// query/key/value gradients joined into [tokens, 2304]), constant over chunks of 8 there.
-// Checked by evaluating each such condition over the dim's constant extent (up to
-// kMaxCheckedExtent values): a condition that also reads another variable does not qualify.
+// along the inner variable `var` the mask has one value, so that the vector entry point loads
+// the chunk under the mask at its first element (emit_pointwise). The mask must be computed from
+// index expressions, through no load. Those that do not depend on `var` qualify at any width: a
+// native convolution's padding test tests spatial positions, and NHWC's inner dim is the
+// channel, so a thread's channels are all read or all padding. Those on `var` alone qualify at
+// the widths where they change value only at multiples of the width: a concatenation along the
+// inner dim tests `768 <= x1 < 1536` for its second piece (GPT-2's query/key/value gradients
+// joined into [tokens, 2304]), constant over chunks of 8 there. They are evaluated over the
+// dim's constant extent (up to kMaxCheckedExtent values); one that also reads another variable
+// does not qualify.
 int KernelEmitter::mask_chunk_width(const loop::Body& b, InstrId mask, Expr var, Expr extent) {
-  if (mask_invariant(b, mask, var)) return kMaxVectorLanes;
   constexpr int64_t kMaxCheckedExtent = 1 << 15;
   const std::optional<int64_t> n = ctx_.as_const(extent);
-  if (!n || *n < 2 || *n > kMaxCheckedExtent) return 0;
   int width = kMaxVectorLanes;
-  std::vector<int64_t> values(static_cast<size_t>(*n));
+  std::vector<int64_t> values;
   for (InstrId id : mask_chain(b, mask)) {
     const Instr& in = b.instrs[id];
     switch (in.kind) {
@@ -215,6 +192,8 @@ int KernelEmitter::mask_chunk_width(const loop::Body& b, InstrId mask, Expr var,
         return 0;
       case InstrKind::IndexExpr: {
         if (!ctx_.depends_on(in.expr, var)) break;
+        if (!n || *n < 2 || *n > kMaxCheckedExtent) return 0;
+        values.resize(static_cast<size_t>(*n));
         for (int64_t v = 0; v < *n; ++v) {
           const std::optional<int64_t> c =
               ctx_.as_const(ctx_.substitute(in.expr, {{var, ctx_.constant(v)}}));
@@ -256,7 +235,7 @@ std::set<InstrId> KernelEmitter::mask_chain(const loop::Body& b, InstrId mask) {
 }
 
 // The mask's chain, each instruction as its `const` value (for the scope the caller opened);
-// mask_invariant's chain, so none loads.
+// mask_chunk_width's chain, so none loads.
 void KernelEmitter::emit_mask(const loop::Body& b, InstrId mask) {
   for (InstrId id : mask_chain(b, mask))
     line("const " + compute_ctype(b.instrs[id].dtype) + " " + tmp(id) + " = " + instr_expr(b, id) +

@@ -99,7 +99,6 @@ class KernelEmitter {
   // (set_node_names): two members' loads with one key read the same element.
   std::string shared_load_key(BufferId b, Expr flat) { return buf(b).name + "@" + idx(flat); }
   int forwarded_store(size_t m, const Instr& load);
-  bool mask_invariant(const loop::Body& b, InstrId mask, Expr var);
   int mask_chunk_width(const loop::Body& b, InstrId mask, Expr var, Expr extent);
   // Whether a load reads inside its buffer's sizes at every point of the kernel's ranges,
   // its mask aside: such a masked load may be read unmasked (the mask then only selects 0).
