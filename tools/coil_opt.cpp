@@ -99,6 +99,19 @@ bool set_option(coil::CompileOptions& o, std::string_view name, const std::strin
   return false;
 }
 
+// The graph lowered and scheduled for backend `b`, as compile_graph does.
+struct Scheduled {
+  coil::lower::LowerResult lowered;
+  coil::sched::Schedule schedule;
+};
+Scheduled schedule_for(const coil::Graph& g, const coil::backend::Backend& b,
+                       const coil::CompileOptions& o) {
+  Scheduled r{coil::lower::lower_graph(g, o, b.policy()), {}};
+  coil::sched::align_iteration_spaces(r.lowered.program);
+  r.schedule = coil::sched::schedule_program(r.lowered.program, o, b.policy());
+  return r;
+}
+
 // --compile's exit status where NVRTC cannot be loaded (ctest's SKIP_RETURN_CODE).
 constexpr int kNoNvrtc = 77;
 
@@ -110,11 +123,9 @@ int compile_cuda(const coil::Graph& g, const coil::CompileOptions& o) {
     return kNoNvrtc;
   }
   const coil::backend::Backend& b = *coil::runtime::backends().find("cuda");
-  auto lowered = coil::lower::lower_graph(g, o, b.policy());
-  coil::sched::align_iteration_spaces(lowered.program);
-  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o, b.policy());
+  const Scheduled s = schedule_for(g, b, o);
   const coil::backend::cuda::CudaSource source =
-      coil::backend::cuda::emit_cuda(lowered.program, s, o);
+      coil::backend::cuda::emit_cuda(s.lowered.program, s.schedule, o);
   coil::CompileOptions uncached = o;
   uncached.cache_dir.clear();  // a check, not a build: nothing is kept
   const coil::backend::cuda::CubinResult r =
@@ -131,13 +142,13 @@ std::string emit(const coil::Graph& g, std::string_view backend, const coil::Com
   const coil::backend::Backend& b = backend == "fusion" || backend == "loops"
                                         ? backends.select(device, "")
                                         : *backends.find(backend == "cpp" ? "cpu" : backend);
-  auto lowered = coil::lower::lower_graph(g, o, b.policy());
-  if (backend == "loops") return coil::loop::print_program(lowered.program);
-  coil::sched::align_iteration_spaces(lowered.program);
-  coil::sched::Schedule s = coil::sched::schedule_program(lowered.program, o, b.policy());
+  if (backend == "loops")
+    return coil::loop::print_program(coil::lower::lower_graph(g, o, b.policy()).program);
+  const Scheduled s = schedule_for(g, b, o);
   if (backend == "fusion")
-    return s.fusion_log + "\n" + coil::sched::print_schedule(lowered.program, s);
-  return b.generate(lowered.program, s, o).text;
+    return s.schedule.fusion_log + "\n" +
+           coil::sched::print_schedule(s.lowered.program, s.schedule);
+  return b.generate(s.lowered.program, s.schedule, o).text;
 }
 
 }  // namespace

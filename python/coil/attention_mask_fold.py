@@ -151,7 +151,8 @@ def _fold(node: fx.Node, dead: set[fx.Node]) -> str | None:
     mask = _arg(node, "attn_mask", None)
     if not isinstance(mask, fx.Node) or _arg(node, "is_causal", False) is not False:
         return None
-    if not _fused_kernels_pay(_arg(node, "query", None)):
+    q = _arg(node, "query", None)
+    if not _fused_kernels_pay(q):
         return None
     example = mask.meta.get("example_value")
     if isinstance(example, torch.Tensor) and (
@@ -160,7 +161,6 @@ def _fold(node: fx.Node, dead: set[fx.Node]) -> str | None:
     nodes = _constant_ancestors(mask)
     if nodes is None:
         return None
-    q = _arg(node, "query", None)
     k = _arg(node, "key", None)
     try:
         value = _evaluate(nodes, mask)

@@ -89,10 +89,11 @@ int KernelEmitter::row_column_width() {
       if (inner == std::optional<int64_t>(0)) continue;  // once per row, not the loop's traffic
       // The same for every row (a LayerNorm's per-token statistics in its weight gradient,
       // summed over the tokens): one small array every row reads, cached, not streamed.
-      if (stride_along(flat, n->index_vars[k - 1]) == std::optional<int64_t>(0)) continue;
+      const auto outer = stride_along(flat, n->index_vars[k - 1]);
+      if (outer == std::optional<int64_t>(0)) continue;
       if (inner == std::optional<int64_t>(1)) {
         along += size;
-      } else if (stride_along(flat, n->index_vars[k - 1]) == std::optional<int64_t>(1)) {
+      } else if (outer == std::optional<int64_t>(1)) {
         across += size;
         max_size = std::max(max_size, size);
       }
