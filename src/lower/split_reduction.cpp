@@ -23,9 +23,12 @@ std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop
   if (outputs < 1 || outputs >= kSplitMaxOutputs || total < min_length ||
       outputs * total < min_elements)
     return std::nullopt;
-  // Chunks wanted: enough partials, none shorter than kSplitMinChunk.
+  // Chunks wanted: enough partials (at least kSplitMinWays, which outputs between
+  // kSplitTargetPartials / 4 and kSplitMaxOutputs would otherwise round below), none shorter
+  // than kSplitMinChunk.
   const int64_t want =
-      std::min((kSplitTargetPartials + outputs - 1) / outputs, total / kSplitMinChunk);
+      std::min(std::max((kSplitTargetPartials + outputs - 1) / outputs, kSplitMinWays),
+               total / kSplitMinChunk);
   ReductionSplit s;
   for (size_t d = 0; d < red.size(); ++d) {
     if (s.chunks * red[d] <= want) {
@@ -43,9 +46,9 @@ std::optional<ReductionSplit> plan_reduction_split(const sym::Context& ctx, loop
     }
     break;
   }
-  // Less than a 4-way split is not worth a second kernel; a split that leaves nothing to
-  // reduce in stage 1 is not one.
-  if (s.chunks < 4 || s.chunks >= total) return std::nullopt;
+  // Less than a kSplitMinWays split is not worth a second kernel; a split that leaves nothing
+  // to reduce in stage 1 is not one.
+  if (s.chunks < kSplitMinWays || s.chunks >= total) return std::nullopt;
   return s;
 }
 

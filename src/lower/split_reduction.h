@@ -41,6 +41,11 @@ inline constexpr int64_t kSplitMaxOutputs = 4096;
 // channels over [64, 14, 14] split 32 ways (chunks of 392) instead of 8 ran 8.9 -> 6.9 us.
 inline constexpr int64_t kSplitTargetPartials = 8192;
 inline constexpr int64_t kSplitMinChunk = 256;
+// Fewer ways than this do not pay for the second kernel. Outputs from 2049 to 4095 want
+// ceil(8192 / outputs) = 2 or 3 chunks and so were never split, although they run on few
+// blocks as well: DistilBERT's FFN bias gradient, 3072 columns over 4096 rows, ran as a
+// column kernel of 96 blocks on the H100's 132 SMs (2.0-2.4 TB/s); they now split 4 ways.
+inline constexpr int64_t kSplitMinWays = 4;
 
 struct ReductionSplit {
   size_t whole = 0;    // leading reduction dims that become chunk dims whole

@@ -400,6 +400,15 @@ TEST(ReductionLowering, CudaSplitsFewOutputsOverALongRange) {
 )");
   EXPECT_EQ(reduction_ranges(small), (std::vector<std::string>{"8 512 over 8 7 7", "512 over 8",
                                                                "8 768 over 512", "768 over 8"}));
+  // 3072 columns over 4096 rows (a BERT FFN bias gradient) want ceil(8192 / 3072) = 3 chunks:
+  // raised to the 4-way minimum, not left whole; 2560 columns likewise.
+  Lowered wide = lower_text(R"(graph(%0: f32[4096, 3072]@cuda, %1: f32[2048, 2560]@cuda):
+  %2: f32[3072]@cuda = aten.sum.dim_IntList(%0, [0])
+  %3: f32[2560]@cuda = aten.sum.dim_IntList(%1, [0])
+  return (%2, %3)
+)");
+  EXPECT_EQ(reduction_ranges(wide), (std::vector<std::string>{"4 3072 over 1024", "3072 over 4",
+                                                              "4 2560 over 512", "2560 over 4"}));
   // EfficientNet-B0's 40 channels over [32, 28, 28], 1.0 M elements: split by default (the
   // 32 images times 2 of the 28 rows: min(8192 / 40, 25088 / 256) = 98 chunks wanted); one
   // stage where split_reduction_min_elements is above its size.
