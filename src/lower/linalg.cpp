@@ -113,17 +113,23 @@ std::vector<int64_t> matmul_ints(const LoweringContext& ctx, const TensorValue& 
 // result in its own order, a plain elementwise kernel, where a contiguous [N, M] copy of an
 // [M, N] computation was a tiled transpose (GPT-2's bf16-autocast backward: 0.50 ms a step on
 // the H100). Contiguous where the Value's contiguous extent is not a multiple of 16 bytes
-// (the CUDA product would copy it into a padded operand).
+// (the CUDA product would copy it into a padded operand), or, for a batched product's
+// [batch, rows, cols] operand, where the unit stride is the batch dim's (a product reads
+// matrices with a unit stride). A batched product's operand used to reach run_extern's
+// conversion as it was, a copy that is no graph Value's, and so was always written
+// contiguously: a transposed view of an elementwise result through a tiled transpose.
 TensorValue gemm_operand(LoweringContext& ctx, const TensorValue& v) {
   if (v.strided) return v;
   if (auto cols = gemm_operand_pad(ctx, v)) return realize_zero_padded(ctx, v, *cols);
   const Value* owner = ctx.stored_value_of(v);
-  if (owner == nullptr || v.sizes.size() != 2) return v;
+  const size_t rank = v.sizes.size();
+  if (owner == nullptr || (rank != 2 && rank != 3)) return v;
   const std::vector<sym::Expr> strides = dense_strides_like(ctx.ctx(), owner->meta());
-  for (size_t d = 0; d < 2; ++d) {
+  for (size_t d = 0; d < rank; ++d) {
     if (ctx.ctx().as_const(strides[d]) != 1) continue;
     auto extent = ctx.ctx().as_const(v.sizes[d]);
-    if (ctx.target().pad_matmul_operands && (!extent || *extent * dtype_size(v.dtype) % 16 != 0))
+    if (d + 2 < rank ||
+        (ctx.target().pad_matmul_operands && (!extent || *extent * dtype_size(v.dtype) % 16 != 0)))
       return ctx.realize_with_strides(v, contiguous_strides(ctx.ctx(), v.sizes));
   }
   return ctx.realize(v);
@@ -147,8 +153,8 @@ std::vector<TensorValue> lower_mm(LoweringContext& ctx, const Node& node) {
 }
 
 std::vector<TensorValue> lower_bmm(LoweringContext& ctx, const Node& node) {
-  const TensorValue& a = ctx.arg_value(node, 0, "self");
-  const TensorValue& b = ctx.arg_value(node, 1, "mat2");
+  const TensorValue a = gemm_operand(ctx, ctx.arg_value(node, 0, "self"));
+  const TensorValue b = gemm_operand(ctx, ctx.arg_value(node, 1, "mat2"));
   COIL_USER_CHECK(a.sizes.size() == 3 && b.sizes.size() == 3) << "bmm: 3-d operands expected";
   BufferId out = run_extern(ctx, node, ExternKind::Bmm, {a, b}, out_dtype(node),
                             {a.sizes[0], a.sizes[1], b.sizes[2]});

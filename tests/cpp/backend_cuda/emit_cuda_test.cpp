@@ -309,6 +309,18 @@ TEST(EmitCuda, TransposedProductOperandIsWrittenInItsOwnOrder) {
   EXPECT_EQ(k.tile, 0) << code;
   EXPECT_GT(k.vec, 0) << code;
   expect_compiles(src);
+  // The same for a batched product's operand ([batch, rows, cols], transposed in the last two).
+  CudaSource batched = emit_graph(
+      "graph(%0: bf16[8, 256, 192]@cuda, %1: f32[8, 256, 192]@cuda, %2: bf16[8, 256, 64]@cuda):\n"
+      "  %3: f32[8, 256, 192]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %4: bf16[8, 256, 192]@cuda = aten._to_copy.default(%3, dtype=dtype(bf16))\n"
+      "  %5: bf16[8, 192, 256]{49152, 1, 192}@cuda = aten.permute.default(%4, [0, 2, 1])\n"
+      "  %6: bf16[8, 192, 64]@cuda = aten.bmm.default(%5, %2)\n"
+      "  return (%6)\n");
+  ASSERT_EQ(batched.kernels.size(), 1u);
+  EXPECT_EQ(batched.kernels[0].tile, 0) << backend::cuda::strip_prelude(batched.code);
+  EXPECT_GT(batched.kernels[0].vec, 0) << backend::cuda::strip_prelude(batched.code);
+  expect_compiles(batched);
 }
 
 // A concatenation along the inner dim reads each piece under a mask on the inner index
