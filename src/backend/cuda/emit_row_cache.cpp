@@ -24,10 +24,26 @@ void KernelEmitter::bind_canonical_names(size_t m) {
 // inner variables named canonically, and the inner ranges (equal keys: the same element,
 // visited by the same thread at the same step). A load's (row_load_key) equal to a pointwise
 // member's store (row_store_key) reads what that member stored.
+//
+// Each member has variables of its own, and a sum's terms are ordered by variable: the same
+// element read by two members printed as `512*x2 + c0_ + ...` in one and `... + 512*x2 + c0_`
+// in the other (a softmax backward's inputs were not cached for that). So the index is first
+// rewritten over shared symbols, one per position and range.
 std::string KernelEmitter::row_element_key(size_t m, BufferId b, const std::vector<Expr>& index) {
   bind_canonical_names(m);
-  return buf(b).name + "[" + idx(flat_index(b, index)) + "] over " +
-         ranges_text(row_loop_ranges(*nodes_[m]));
+  const ComputeNode& n = *nodes_[m];
+  std::unordered_map<Expr, Expr> shared;
+  auto share = [&](Expr v, const std::string& position) {
+    const sym::Range r = ctx_.bounds(v);
+    shared[v] = ctx_.symbol(
+        "row_key_" + position + "_" + std::to_string(r.lo) + "_" + std::to_string(r.hi), r);
+  };
+  for (size_t j = 0; j < k_.outer_ranges.size() && j < n.index_vars.size(); ++j)
+    share(n.index_vars[j], "x" + std::to_string(j));
+  const std::vector<Expr> inner = row_inner_vars(n);
+  for (size_t j = 0; j < inner.size(); ++j) share(inner[j], "c" + std::to_string(j));
+  return buf(b).name + "[" + idx(ctx_.substitute(flat_index(b, index), shared)) + "] over " +
+         ranges_text(row_loop_ranges(n));
 }
 
 std::string KernelEmitter::row_load_key(size_t m, const Instr& in) {

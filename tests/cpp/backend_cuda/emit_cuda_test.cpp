@@ -323,6 +323,25 @@ TEST(EmitCuda, TransposedProductOperandIsWrittenInItsOwnOrder) {
   expect_compiles(batched);
 }
 
+// The same element read by two members whose indices were built over their own variables (a
+// softmax backward's sum over g * p, then the pointwise p * (g - sum)): one row cache slot
+// for each input. Their index expressions order their terms by variable, so the cache's keys
+// compare them over shared symbols.
+TEST(EmitCuda, MembersReadingTheSameRowShareTheRowCache) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[8, 12, 512, 512]@cuda, %1: f32[8, 12, 512, 512]@cuda):\n"
+      "  %2: f32[8, 12, 512, 512]@cuda = aten.mul.Tensor(%0, %1)\n"
+      "  %3: f32[8, 12, 512, 1]@cuda = aten.sum.dim_IntList(%2, [-1], true)\n"
+      "  %4: f32[8, 12, 512, 512]@cuda = aten.mul.Tensor(%1, %3)\n"
+      "  %5: f32[8, 12, 512, 512]@cuda = aten.sub.Tensor(%2, %4)\n"
+      "  return (%5)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_NE(code.find("CC ? (RC ? rc0_[e_]"), std::string::npos) << code;
+  EXPECT_NE(code.find("CC ? (RC ? rc1_[e_]"), std::string::npos) << code;
+  expect_compiles(src);
+}
+
 // A concatenation along the inner dim reads each piece under a mask on the inner index
 // (`768 <= x1 < 1536`): constant over aligned chunks of the vector's width where the pieces'
 // boundaries are multiples of it, so the kernel gets its vector entry point, as wide as the
