@@ -33,9 +33,36 @@ COIL_INLINE U32x4 philox_draw(uint64_t seed, uint64_t offset) {
                        uint32_t(seed >> 32));
 }
 
-// Uniform in [0, 1): the top 24 bits of the first word.
+// Uniform draws use all four words of a Philox block: element `offset` takes word offset % 4
+// of the block at counter offset / 4, so a thread's four consecutive elements cost one block
+// (CUDA vector entry points: rand_uniform_in), not four; a dropout mask over attention
+// probabilities is ~70 integer instructions an element otherwise. The block counter's third
+// word is 1, a stream apart from the other draws' (0), which take one block an offset.
+COIL_INLINE U32x4 philox_quad(uint64_t seed, uint64_t quad) {
+  return philox4x32_10(U32x4{uint32_t(quad), uint32_t(quad >> 32), 1u, 0u}, uint32_t(seed),
+                       uint32_t(seed >> 32));
+}
+
+// Word i (0-3) of a block, branch-free.
+COIL_INLINE uint32_t philox_word(const U32x4& r, uint32_t i) {
+  const uint32_t lo = (i & 1u) ? r.v1 : r.v0;
+  const uint32_t hi = (i & 1u) ? r.v3 : r.v2;
+  return (i & 2u) ? hi : lo;
+}
+
+// Uniform in [0, 1): the top 24 bits of a word.
+COIL_INLINE float uniform_of_word(uint32_t w) { return float(int32_t(w >> 8)) * 0x1.0p-24f; }
+
 COIL_INLINE float rand_uniform(uint64_t seed, uint64_t offset) {
-  return float(int32_t(philox_draw(seed, offset).v0 >> 8)) * 0x1.0p-24f;
+  return uniform_of_word(philox_word(philox_quad(seed, offset >> 2), uint32_t(offset) & 3u));
+}
+
+// rand_uniform(seed, offset), given `block`, the block of the quad holding `base` (a thread's
+// first element): taken from it where `offset` is in the same quad, else drawn.
+COIL_INLINE float rand_uniform_in(const U32x4& block, uint64_t base, uint64_t seed,
+                                  uint64_t offset) {
+  return (offset >> 2) == (base >> 2) ? uniform_of_word(philox_word(block, uint32_t(offset) & 3u))
+                                      : rand_uniform(seed, offset);
 }
 
 namespace detail {

@@ -366,10 +366,15 @@ InstrId LoweringContext::rng_seed(BodyBuilder& b) {
   return b.load(program_->rng_state, DType::Int64, {ctx().zero()});
 }
 
+// Each op's range starts at a multiple of 4: a uniform draw's four consecutive elements then
+// share one Philox block (runtime_headers/coil/philox.h), which the CUDA vector entry points
+// compute once.
 sym::Expr LoweringContext::reserve_rng_offsets(sym::Expr count) {
   if (rng_offset_ == nullptr) rng_offset_ = ctx().zero();
   sym::Expr base = rng_offset_;
-  rng_offset_ = ctx().add(rng_offset_, count);
+  sym::Expr four = ctx().constant(4);
+  rng_offset_ = ctx().add(
+      rng_offset_, ctx().mul(ctx().floordiv(ctx().add(count, ctx().constant(3)), four), four));
   return base;
 }
 

@@ -54,6 +54,41 @@ def test_pointwise_chain(dtype, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cols", [1024, 1023])
+def test_uniform_draws_and_dropout(cols):
+    """Uniform draws four elements a thread from one Philox block (cols 1024: the vector entry
+    point) or one each (1023: scalar): uniform, uncorrelated between neighbours and between
+    two draws of one graph, fresh each call; a dropout's gradient takes the forward's mask."""
+    x = torch.ones(512, cols, device="cuda")
+
+    def draws(a):
+        return torch.rand_like(a), torch.rand_like(a)
+
+    (u, v), _ = _run(draws, x)
+    n = u.numel()
+    for t in (u, v):
+        assert 0 <= t.min().item() and t.max().item() < 1
+        assert abs(t.mean().item() - 0.5) < 5 * (1 / 12 / n) ** 0.5
+        assert abs(t.var().item() - 1 / 12) < 1e-3
+        hist = torch.histc(t, bins=64, min=0, max=1)
+        assert ((hist - n / 64) ** 2 / (n / 64)).sum().item() < 120  # 63 dof
+    lag = ((u[:, 1:] - 0.5) * (u[:, :-1] - 0.5)).mean().item()
+    assert abs(lag) < 5 / 12 / (u[:, 1:].numel() ** 0.5)
+    assert abs(((u - 0.5) * (v - 0.5)).mean().item()) < 5 / 12 / n ** 0.5
+    compiled = torch.compile(draws, backend="coil", options={"strict": True})
+    assert not torch.equal(compiled(x)[0], compiled(x)[0])
+
+    w = torch.randn(512, cols, device="cuda", requires_grad=True)
+    torch._dynamo.reset()
+    out = torch.compile(lambda a: F.dropout(a, p=0.3, training=True), backend="coil")(w)
+    out.sum().backward()
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(out[kept], w.detach()[kept] / 0.7)
+    torch.testing.assert_close(w.grad, kept.float() / 0.7)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("widths", [(768, 768, 768), (100, 156, 40), (101, 155, 40)])
 def test_concatenation_along_inner_dim(dtype, widths):

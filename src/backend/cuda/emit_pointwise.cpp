@@ -108,9 +108,13 @@ int KernelEmitter::vector_width(size_t inner) {
     Expr var = n->index_vars.at(inner);
     set_node_names(*n);
     for (const Instr& in : n->body.instrs) {
-      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
-          in.kind == InstrKind::Randn)
-        return 0;
+      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Randn) return 0;
+      // Uniform draws: four elements a thread, one Philox block (emit_rand_blocks), in
+      // kernels whose members each run their own loop over the elements (no locals).
+      if (in.kind == InstrKind::Rand) {
+        if (!locals_.empty()) return 0;
+        run_cap = std::min(run_cap, 4);
+      }
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
       // A masked load inside its buffer is read unmasked, the mask applied per element; one
       // that may lie outside reads its vector under the mask, the same for the whole vector.
@@ -154,6 +158,29 @@ int KernelEmitter::vector_width(size_t inner) {
   for (const Access& a : accesses)
     starts.push_back(ctx_.substitute(a.flat, {{a.var, ctx_.mul(ctx_.constant(vec), q)}}));
   return starts_aligned(starts, vec, q) ? vec : 0;
+}
+
+// Before member m's elements in the vector entry point (names bound at the thread's first
+// element): for each uniform draw, the offset of that element and the Philox block of its
+// quad, from which the elements of the same quad take their words (coil::rand_uniform_in;
+// reserve_rng_offsets starts every op's offsets at a multiple of 4, so a thread's four
+// consecutive elements share one block).
+void KernelEmitter::emit_rand_blocks(size_t m) {
+  const ComputeNode& n = *nodes_[m];
+  for (size_t i = 0; i < n.body.instrs.size(); ++i) {
+    const Instr& in = n.body.instrs[i];
+    if (in.kind != InstrKind::Rand) continue;
+    const Instr& seed = n.body.instrs.at(in.operands[0]);
+    COIL_CHECK(seed.kind == InstrKind::Load && seed.buffer == p_.rng_state)
+        << "a draw's seed is not the rng state";
+    const std::string tag = std::to_string(m) + "_" + std::to_string(i) + "_";
+    const std::string base = "rb" + tag, block = "rq" + tag;
+    line("const uint64_t " + base + " = uint64_t(rng_offset + " + idx(in.expr) + ");");
+    line("const coil::U32x4 " + block +
+         " = coil::philox_quad(uint64_t(coil::run_seed(rng_seed, rng_device)), " + base +
+         " >> 2);");
+    rand_blocks_[{m, static_cast<InstrId>(i)}] = {base, block};
+  }
 }
 
 bool KernelEmitter::always_in_bounds(const Instr& load) {
@@ -419,12 +446,10 @@ void KernelEmitter::emit_pointwise() {
     const std::string E = ctype(buf(n.out).dtype);
     line("coil::Vec<" + E + ", " + V + "> S" + std::to_string(m) + ";");
   }
-  line("#pragma unroll");
-  open("for (int u_ = 0; u_ < " + V + "; ++u_) {");
-  line("const " + T + " " + xi + " = " + xi + "_0 + u_;");
-  for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
-  vec_mode_ = true;
-  for (size_t m = 0; m < nodes_.size(); ++m) {
+  // Each member's elements, all members an element at a time; in kernels that draw random
+  // numbers, member by member (the thread's Philox blocks then live one member's loop
+  // long: a kernel writing twelve layers' dropout masks held 72 registers of them).
+  auto element = [&](size_t m) {
     const ComputeNode& n = *nodes_[m];
     set_node_names(n);
     member_ = m;
@@ -436,9 +461,35 @@ void KernelEmitter::emit_pointwise() {
       line("S" + std::to_string(m) + ".v[u_] = " + stored_value(buf(n.out).dtype, v) + ";");
     }
     close();
+  };
+  auto open_elements = [&] {
+    line("#pragma unroll");
+    open("for (int u_ = 0; u_ < " + V + "; ++u_) {");
+    line("const " + T + " " + xi + " = " + xi + "_0 + u_;");
+  };
+  bool draws = false;
+  for (const ComputeNode* n : nodes_)
+    for (const Instr& in : n->body.instrs) draws = draws || in.kind == InstrKind::Rand;
+  rand_blocks_.clear();
+  if (draws) {
+    for (size_t m = 0; m < nodes_.size(); ++m) {
+      set_node_names(*nodes_[m]);
+      sym_names_[nodes_[m]->index_vars[inner]] = xi + "_0";
+      emit_rand_blocks(m);
+      open_elements();
+      vec_mode_ = true;
+      element(m);
+      vec_mode_ = false;
+      close();
+    }
+  } else {
+    open_elements();
+    for (size_t m = 0; m < nodes_.size(); ++m) declare_local(m);
+    vec_mode_ = true;
+    for (size_t m = 0; m < nodes_.size(); ++m) element(m);
+    vec_mode_ = false;
+    close();
   }
-  vec_mode_ = false;
-  close();
   for (size_t m = 0; m < nodes_.size(); ++m) {
     const ComputeNode& n = *nodes_[m];
     if (locals_.count(n.out)) continue;

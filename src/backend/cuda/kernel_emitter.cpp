@@ -364,6 +364,13 @@ std::string KernelEmitter::instr_expr(const loop::Body& b, InstrId id) {
       return "coil::fast::div(1.0f, " + tmp(in.operands[0]) + ")";
     }
   }
+  if (in.kind == InstrKind::Rand && vec_mode_) {
+    auto it = rand_blocks_.find({member_, id});
+    if (it != rand_blocks_.end())
+      return "coil::rand_uniform_in(" + it->second.second + ", " + it->second.first +
+             ", uint64_t(" + tmp(in.operands[0]) + "), uint64_t(rng_offset + " + idx(in.expr) +
+             "))";
+  }
   ScalarExprHooks h;
   h.value = [&](InstrId i) { return tmp(i); };
   h.index = [&](Expr e) { return idx(e); };

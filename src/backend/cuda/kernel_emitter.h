@@ -168,6 +168,7 @@ class KernelEmitter {
   std::string emit_body(const ComputeNode& n);
   std::string instr_expr(const loop::Body& b, InstrId id);
   std::string load_expr(const Instr& in, InstrId id);
+  void emit_rand_blocks(size_t m);
   const loop::LoopProgram& p_;
   sym::Context& ctx_;
   const sched::KernelPlan& k_;
@@ -183,6 +184,9 @@ class KernelEmitter {
   std::unordered_map<Expr, Expr> folded_;
   std::map<std::pair<size_t, InstrId>, std::string> vec_loads_;
   bool vec_mode_ = false;
+  // In the vector entry point, (member, Rand) -> the names of the thread's first offset and of
+  // its Philox block (emit_rand_blocks), which the member's elements draw from.
+  std::map<std::pair<size_t, InstrId>, std::pair<std::string, std::string>> rand_blocks_;
   // Exp and float division as coil::fast:: approximations: every stored output is bf16/f16
   // (option cuda_fast_math; prelude.cuh says why).
   bool fast_math_ = false;

@@ -480,6 +480,25 @@ TEST(RuntimeRandom, UniformStatistics) {
   EXPECT_EQ(coil::rand_uniform(7, 99), coil::rand_uniform(7, 99));
 }
 
+// Uniform draws take the four words of one Philox block in turn (element i: word i % 4 of the
+// block at i / 4), so a thread holding the block of its first element's quad gets the same
+// numbers as drawing each element alone, aligned or not (rand_uniform_in draws where the
+// element lies in another quad); the four words of a block are four different numbers, and
+// the uniform stream is not the normal draws' blocks.
+TEST(RuntimeRandom, UniformDrawsShareABlockPerQuad) {
+  for (uint64_t base : {uint64_t(0), uint64_t(4), uint64_t(6), uint64_t(1) << 32}) {
+    const coil::U32x4 block = coil::philox_quad(11, base >> 2);
+    for (uint64_t u = 0; u < 4; ++u)
+      EXPECT_EQ(coil::rand_uniform_in(block, base, 11, base + u), coil::rand_uniform(11, base + u))
+          << base << " + " << u;
+  }
+  const float w[4] = {coil::rand_uniform(3, 8), coil::rand_uniform(3, 9), coil::rand_uniform(3, 10),
+                      coil::rand_uniform(3, 11)};
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 4; ++j) EXPECT_NE(w[i], w[j]);
+  EXPECT_NE(coil::philox_quad(3, 2).v0, coil::philox_draw(3, 2).v0);
+}
+
 TEST(RuntimeRandom, NormalStatistics) {
   const int n = 1 << 21;
   double s1 = 0, s2 = 0, s3 = 0, s4 = 0;

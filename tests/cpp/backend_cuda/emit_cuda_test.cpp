@@ -342,6 +342,30 @@ TEST(EmitCuda, MembersReadingTheSameRowShareTheRowCache) {
   expect_compiles(src);
 }
 
+// Dropout masks take the vector entry point, four elements a thread from one Philox block
+// (coil::rand_uniform_in), member by member; masks over an odd inner extent stay scalar.
+TEST(EmitCuda, UniformDrawsAreVectorizedFourAThread) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[8, 512, 768]@cuda):\n"
+      "  %1: f32[8, 512, 768]@cuda = aten.rand_like.default(%0)\n"
+      "  %2: b8[8, 512, 768]@cuda = aten.gt.Scalar(%1, 0.1)\n"
+      "  %3: f32[8, 512, 768]@cuda = aten.rand_like.default(%0)\n"
+      "  %4: b8[8, 512, 768]@cuda = aten.gt.Scalar(%3, 0.1)\n"
+      "  return (%2, %4)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_EQ(src.kernels[0].vec, 4) << code;
+  EXPECT_NE(code.find("coil::rand_uniform_in(rq0_"), std::string::npos) << code;
+  EXPECT_NE(code.find("coil::rand_uniform_in(rq1_"), std::string::npos) << code;
+  expect_compiles(src);
+  CudaSource odd = emit_graph(
+      "graph(%0: f32[8, 511]@cuda):\n"
+      "  %1: f32[8, 511]@cuda = aten.rand_like.default(%0)\n"
+      "  return (%1)\n");
+  ASSERT_EQ(odd.kernels.size(), 1u);
+  EXPECT_EQ(odd.kernels[0].vec, 0);
+}
+
 // A concatenation along the inner dim reads each piece under a mask on the inner index
 // (`768 <= x1 < 1536`): constant over aligned chunks of the vector's width where the pieces'
 // boundaries are multiples of it, so the kernel gets its vector entry point, as wide as the
