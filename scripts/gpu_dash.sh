@@ -15,7 +15,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 ./scripts/gpu_run.sh --build-only >/tmp/coil_build.log 2>&1 || { tail -40 /tmp/coil_build.log; exit 1; }
-export PYTHONPATH=$PWD/python:$PYTHONPATH
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 out=${OUT:-/tmp}
 if [[ -n "${DASH_TESTS:-}" ]]; then
   # shellcheck disable=SC2086 # the variable holds pytest's arguments

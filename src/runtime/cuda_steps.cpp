@@ -109,10 +109,14 @@ void CudaSteps::launch(int k, const std::vector<void*>& bufs, const int64_t* env
   const int64_t row = eval_size(launches_[k].row_size, env, code);
   bool aligned = true;
   const size_t nb = info.buffers.size();
-  void* ptrs[64];
-  int64_t ints[64];
-  void* args[128];
-  if (nb > 63 || num_size_symbols + 2 > 64)
+  // cuLaunchKernel takes up to 4 KiB of parameters, 8 bytes each here: 512 at most. (A bf16
+  // training backward that computes values again from saved sources had a kernel of 64
+  // buffers, over the earlier cap of 63.)
+  constexpr size_t kMaxParams = 4096 / 8;
+  void* ptrs[kMaxParams];
+  int64_t ints[kMaxParams];
+  void* args[kMaxParams];
+  if (nb + 1 + static_cast<size_t>(num_size_symbols) + 2 > kMaxParams)
     throw std::runtime_error("coil: CUDA kernel with too many parameters");
   size_t na = 0;
   for (size_t i = 0; i < nb; ++i) {
