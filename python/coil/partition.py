@@ -108,14 +108,53 @@ def _static_bytes(n: fx.Node) -> int | None:
     return v.numel() * v.element_size()
 
 
+def _is_product(n: fx.Node) -> bool:
+    """Matrix products, convolutions and attention: the ops that separate a network's layers."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    name = n.target._schema.name
+    return (name in ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
+            or "convolution" in name or "scaled_dot_product" in name)
+
+
+def _backward_uses(graph: fx.Graph, forward: set[fx.Node]) -> dict[fx.Node, tuple[int, int]]:
+    """Each forward value's first and last backward reader, each as the number of products
+    (_is_product) the backward runs before it: readers with no product between them are in
+    one place (a GELU's gradient), readers a layer apart are not."""
+    uses: dict[fx.Node, tuple[int, int]] = {}
+    products = 0
+    for u in graph.nodes:
+        if u in forward or u.op == "output":
+            continue
+        for a in u.all_input_nodes:
+            if a in forward:
+                first, last = uses.get(a, (products, products))
+                uses[a] = (min(first, products), max(last, products))
+        products += _is_product(u)
+    return uses
+
+
+def _computes_early(n: fx.Node, others: set[fx.Node], uses: dict[fx.Node, tuple[int, int]]) -> bool:
+    """Whether computing n again would compute one of `others` (values computed again
+    themselves) before the backward needs it: a product after n's last backward reader. A float32
+    residual stream computed again layer by layer from its branches' outputs builds every
+    earlier layer's value for the last layer's, the backward's first: all alive at once, the
+    memory of saving them plus the work (GPT-2's bf16-autocast backward began with one kernel
+    writing twelve layers' residuals). A GELU's tanh through its float32 input is fine: the
+    backward reads both in the same place."""
+    last = uses.get(n, (0, 0))[1]
+    return any(m is not n and uses.get(m, (0, -1))[0] > last for m in others)
+
+
 def _chain_boundary(n: fx.Node, boundary, mutated: set[fx.Node],
-                    recomputable) -> set[fx.Node] | None:
+                    recomputable, cloned: set[fx.Node] | None = None) -> set[fx.Node] | None:
     """Walks back from n through the nodes a recomputation of n would clone (n included, at
     most MAX_RECOMPUTED_CHAIN, each recomputable and not mutated). `boundary(m)` says, for every
     other node reached: ("walk", None) to clone it too, ("stop", x) to read it as it is
     (recording x where not None), ("fail", None) to give up. Returns the recorded values, or
-    None where the chain cannot be computed again."""
-    need: set[fx.Node] = set()
+    None where the chain cannot be computed again. `cloned`, where given, receives the nodes the
+    recomputation would clone."""
+    need: set[fx.Node] = set() if cloned is None else cloned
     recorded: set[fx.Node] = set()
     stack = [n]
     while stack:
@@ -140,7 +179,8 @@ def _chain_boundary(n: fx.Node, boundary, mutated: set[fx.Node],
 
 
 def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
-                     mutated: set[fx.Node], free, recomputable) -> set[fx.Node]:
+                     mutated: set[fx.Node], free, recomputable,
+                     uses: dict[fx.Node, tuple[int, int]]) -> set[fx.Node]:
     """Forward values worth saving in place of the larger values the backward reads that they
     compute through cheap elementwise chains. Under autocast a GELU written out in ops (GPT-2's)
     reads a bfloat16 product, casts it to float32 and saves float32 tanh, cube and scaled
@@ -151,19 +191,6 @@ def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
     need; a group's sources are saved when they are smaller than the group's values. `free`:
     what the backward has without saving more (available values and views of them)."""
 
-    def source(m: fx.Node) -> tuple[str, fx.Node | None]:
-        if free(m):  # available, or a view of an available value
-            return "stop", None
-        if recomputable(m):
-            return "walk", None
-        if m not in forward or m in mutated or _static_bytes(m) is None:
-            return "fail", None
-        return "stop", m  # computed otherwise: a source to save
-
-    def sources_of(n: fx.Node) -> frozenset[fx.Node] | None:
-        leaves = _chain_boundary(n, source, mutated, recomputable)
-        return None if leaves is None else frozenset(leaves)
-
     groups: dict[frozenset[fx.Node], int] = {}
     for n in graph.nodes:
         if n not in read or not recomputable(n) or _is_view(n):
@@ -171,10 +198,24 @@ def _cheaper_sources(graph: fx.Graph, forward: set[fx.Node], read: set[fx.Node],
         if any(u.op == "output" for u in n.users):
             continue  # a graph output is kept whatever the backward does: nothing to gain
         size = _static_bytes(n)
-        leaves = sources_of(n)
+        stops: set[fx.Node] = set()
+
+        def source(m: fx.Node, stops=stops) -> tuple[str, fx.Node | None]:
+            if free(m):  # available, or a view of an available value
+                stops.add(m)
+                return "stop", None
+            if recomputable(m):
+                return "walk", None
+            if m not in forward or m in mutated or _static_bytes(m) is None:
+                return "fail", None
+            return "stop", m  # computed otherwise: a source to save
+
+        leaves = _chain_boundary(n, source, mutated, recomputable)
         if size is None or not leaves:  # not computable again, or already from available
             continue
-        groups[leaves] = groups.get(leaves, 0) + size
+        if _computes_early(n, {m for m in stops if m in read and recomputable(m)}, uses):
+            continue
+        groups[frozenset(leaves)] = groups.get(frozenset(leaves), 0) + size
     added: set[fx.Node] = set()
     for leaves, gain in sorted(groups.items(), key=lambda kv: -kv[1]):
         cost = sum(_static_bytes(x) for x in leaves if x not in added)
@@ -228,10 +269,11 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
     def recomputable(n: fx.Node) -> bool:
         return _is_view(n) or (pointwise and _is_cheap_pointwise(n))
 
+    uses = _backward_uses(graph, forward)
     if pointwise and smaller_sources:
         read |= _cheaper_sources(
             graph, forward, read, mutated,
-            lambda m: available(m) or saved_view_of(m) is not None, recomputable)
+            lambda m: available(m) or saved_view_of(m) is not None, recomputable, uses)
 
     def can_take_again(n: fx.Node, taken_views=frozenset()) -> set[fx.Node] | None:
         """The saved views n's chain reads (saved_view_of) where n can be computed again from
@@ -266,6 +308,25 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
                 else:
                     del reads_views[n]
                 changed = True
+    # In forward order, a value whose recomputation would compute another one taken again
+    # before the backward needs that one stays saved (_computes_early); the next can then be
+    # computed from it.
+    taken_so_far: set[fx.Node] = set()
+    for n in [n for n in graph.nodes if n in reads_views]:
+        stops: set[fx.Node] = set()
+
+        def stop_at(m: fx.Node, stops=stops) -> tuple[str, fx.Node | None]:
+            if available(m):
+                stops.add(m)
+                return "stop", None
+            return "walk", None
+
+        cloned: set[fx.Node] = set()
+        _chain_boundary(n, stop_at, mutated, recomputable, cloned)
+        if _computes_early(n, (stops | cloned) & taken_so_far, uses):
+            del reads_views[n]
+        else:
+            taken_so_far.add(n)
     candidates = [n for n in graph.nodes if n in reads_views]
     if not candidates:
         return 0

@@ -224,3 +224,91 @@ def test_smaller_source_saved_instead_of_float32_chain_values(monkeypatch):
     # Without the rule: float32 tanh and cast (2 x 8 KiB) and the bfloat16 scaled input;
     # with it: the bfloat16 product (4 KiB) in their place.
     assert saved[True] <= saved[False] - 2 * 32 * 64 * 4, saved
+
+
+class _AutocastResidual(torch.nn.Module):
+    """A float32 residual stream over bfloat16 branches (GPT-2 under autocast): each layer's
+    LayerNorm backward reads its float32 input, which the branch outputs would compute again."""
+
+    def __init__(self, layers=4):
+        super().__init__()
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(16) for _ in range(layers))
+        self.lins = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(layers))
+
+    def forward(self, x):
+        h = x
+        for norm, lin in zip(self.norms, self.lins):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                b = lin(norm(h))
+            h = h + b.float()
+        return h
+
+
+def _early_recomputations(gm) -> list[str]:
+    """Values the backward computes again from saved ones alone (no tangent) whose computation
+    reads another such value that the gradient's computation needs only after a product that
+    follows all of its own uses: that value is then built long before it is needed."""
+    from_tangent, recomputed, region = set(), set(), {}
+    products = 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            if "tangent" in str(n.target):
+                from_tangent.add(n)
+            continue
+        if n.op == "output":
+            continue
+        region[n] = products
+        if any(a in from_tangent for a in n.all_input_nodes):
+            from_tangent.add(n)
+        elif n.op == "call_function":
+            recomputed.add(n)
+        name = str(n.target)
+        products += "mm" in name or "convolution" in name or "scaled_dot_product" in name
+
+    def needed(a, avoid) -> list[int]:
+        """Regions of the gradient's nodes that read a, directly or through values computed
+        again from it (not through `avoid`)."""
+        out, stack, seen = [], [a], set()
+        while stack:
+            m = stack.pop()
+            for u in m.users:
+                if u in seen or u is avoid or u not in region:
+                    continue
+                seen.add(u)
+                if u in from_tangent:
+                    out.append(region[u])
+                elif u in recomputed:
+                    stack.append(u)
+        return out
+
+    early = []
+    for n in recomputed:
+        own = needed(n, None)
+        for a in n.all_input_nodes:
+            theirs = needed(a, n) if a in recomputed else []
+            if own and theirs and min(theirs) > max(own):
+                early.append(f"{n} reads {a}")
+    return early
+
+
+def test_residual_stream_is_not_computed_again_layer_by_layer(monkeypatch):
+    """Computing a residual stream's values again from its branches' outputs (save_smaller_
+    sources and recompute_pointwise, forced as on the GPU) would build every layer's residual
+    for the backward's first layer: all alive at once and one kernel reading every branch
+    (GPT-2's bf16 backward: a kernel of 64 buffers). No recomputed value of the backward reads
+    another that is first needed a product later; training matches eager."""
+    from coil import partition
+
+    monkeypatch.setattr(partition, "_on_cuda", lambda joint: True)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager_model = _AutocastResidual()
+    model = copy.deepcopy(eager_model)
+    x = torch.randn(32, 16)
+    compiled = torch.compile(model, backend="coil", options={"strict": True})
+    got = _train(model, compiled, x, steps=2)
+    want = _train(eager_model, eager_model, x, steps=2)
+    _assert_same_training(got, want, tol=dict(rtol=2e-2, atol=2e-2))
+    backward_fns = [f for f in list(backend._graph_fns) if f.name.startswith("backward")]
+    assert backward_fns
+    assert _early_recomputations(backward_fns[-1].gm) == []
