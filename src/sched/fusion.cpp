@@ -17,6 +17,9 @@
 namespace coil::sched::detail {
 namespace {
 
+// Buffers one kernel may read and write, at most (Fuser::too_many_buffers).
+constexpr int kMaxKernelBuffers = 96;
+
 using loop::BufferId;
 using loop::ComputeNode;
 
@@ -254,6 +257,7 @@ class Fuser {
       if (std::string why = strided_inner_loops(n, *o); !why.empty()) return why;
     }
     if (std::string why = serial_work_per_point(grp, n, *o); !why.empty()) return why;
+    if (std::string why = too_many_buffers(grp, s); !why.empty()) return why;
     // Cycle: a group that n depends on depends (transitively) on g.
     if (const int a = path_to_group(step_producer_groups(s), g); a >= 0)
       return "would create a cycle through " + groups_[a].name;
@@ -331,6 +335,23 @@ class Fuser {
       if (work(std::get<ComputeNode>(p_.steps[m])) / points >= per_point) return "";
     return "would run " + std::to_string(per_point) + " elements at each of " +
            std::to_string(points) + " outer points";
+  }
+
+  // Why step s would give kernel `grp` more buffers than a kernel takes, or "". A CUDA launch
+  // takes at most 4 KiB of parameters (512 pointers); long before that a kernel of many
+  // independent members (a backward that rebuilt twelve layers' residuals at its start, 64
+  // buffers) is a sign of values computed far from where they are needed.
+  std::string too_many_buffers(const Group& grp, int s) const {
+    std::set<BufferId> used;
+    auto add = [&](int step) {
+      for (BufferId r : deps_[step].read_roots) used.insert(r);
+      for (BufferId w : deps_[step].writes) used.insert(storage_root(p_, w));
+    };
+    for (int m : grp.steps) add(m);
+    add(s);
+    if (used.size() <= static_cast<size_t>(kMaxKernelBuffers)) return "";
+    return "would use " + std::to_string(used.size()) + " buffers (at most " +
+           std::to_string(kMaxKernelBuffers) + " a kernel)";
   }
 
   static const char* kind(const ComputeNode& n) {

@@ -366,6 +366,25 @@ TEST(EmitCuda, UniformDrawsAreVectorizedFourAThread) {
   EXPECT_EQ(odd.kernels[0].vec, 0);
 }
 
+// A chain reading a new input at every step fuses into one kernel only up to 96 buffers
+// (sched/fusion.cpp: too_many_buffers); a CUDA launch takes at most 4 KiB of parameters.
+TEST(EmitCuda, KernelsTakeAtMost96Buffers) {
+  std::string g = "graph(";
+  for (int i = 0; i < 120; ++i) g += (i ? ", %" : "%") + std::to_string(i) + ": f32[64, 256]@cuda";
+  g += "):\n";
+  std::string last = "%0";
+  for (int i = 1; i < 120; ++i) {
+    const std::string v = "%" + std::to_string(119 + i);
+    g += "  " + v + ": f32[64, 256]@cuda = aten.add.Tensor(" + last + ", %" + std::to_string(i) +
+         ")\n";
+    last = v;
+  }
+  g += "  return (" + last + ")\n";
+  CudaSource src = emit_graph(g);
+  ASSERT_GE(src.kernels.size(), 2u);
+  for (const auto& k : src.kernels) EXPECT_LE(k.buffers.size(), 96u) << k.name;
+}
+
 // A concatenation along the inner dim reads each piece under a mask on the inner index
 // (`768 <= x1 < 1536`): constant over aligned chunks of the vector's width where the pieces'
 // boundaries are multiples of it, so the kernel gets its vector entry point, as wide as the
