@@ -295,32 +295,28 @@ TEST(EmitCuda, InBoundsMaskedLoadsShareOneVector) {
 // a transpose (a weight gradient's permute of a value the backward computes again) is written
 // in its own order, the transposed view's eager layout: a plain vector kernel, no tile.
 TEST(EmitCuda, TransposedProductOperandIsWrittenInItsOwnOrder) {
-  CudaSource src = emit_graph(
-      "graph(%0: bf16[256, 192]@cuda, %1: f32[256, 192]@cuda, %2: bf16[256, 64]@cuda):\n"
-      "  %3: f32[256, 192]@cuda = aten.mul.Tensor(%0, %1)\n"
-      "  %4: bf16[256, 192]@cuda = aten._to_copy.default(%3, dtype=dtype(bf16))\n"
-      "  %5: bf16[192, 256]{1, 192}@cuda = aten.permute.default(%4, [1, 0])\n"
-      "  %6: bf16[192, 64]@cuda = aten.mm.default(%5, %2)\n"
-      "  return (%6)\n");
-  const std::string code = backend::cuda::strip_prelude(src.code);
-  ASSERT_EQ(src.kernels.size(), 1u) << code;
-  const auto& k = src.kernels[0];
-  EXPECT_EQ(k.kind, KernelKind::Pointwise);
-  EXPECT_EQ(k.tile, 0) << code;
-  EXPECT_GT(k.vec, 0) << code;
-  expect_compiles(src);
-  // The same for a batched product's operand ([batch, rows, cols], transposed in the last two).
-  CudaSource batched = emit_graph(
-      "graph(%0: bf16[8, 256, 192]@cuda, %1: f32[8, 256, 192]@cuda, %2: bf16[8, 256, 64]@cuda):\n"
-      "  %3: f32[8, 256, 192]@cuda = aten.mul.Tensor(%0, %1)\n"
-      "  %4: bf16[8, 256, 192]@cuda = aten._to_copy.default(%3, dtype=dtype(bf16))\n"
-      "  %5: bf16[8, 192, 256]{49152, 1, 192}@cuda = aten.permute.default(%4, [0, 2, 1])\n"
-      "  %6: bf16[8, 192, 64]@cuda = aten.bmm.default(%5, %2)\n"
-      "  return (%6)\n");
-  ASSERT_EQ(batched.kernels.size(), 1u);
-  EXPECT_EQ(batched.kernels[0].tile, 0) << backend::cuda::strip_prelude(batched.code);
-  EXPECT_GT(batched.kernels[0].vec, 0) << backend::cuda::strip_prelude(batched.code);
-  expect_compiles(batched);
+  // mm's [rows, cols] operand, and a batched product's [batch, rows, cols] one (`b`: the batch
+  // dim's text), transposed in the last two dims.
+  auto product = [](const std::string& b, const std::string& strides, const std::string& perm,
+                    const std::string& op) {
+    return emit_graph("graph(%0: bf16[" + b + "256, 192]@cuda, %1: f32[" + b +
+                      "256, 192]@cuda, %2: bf16[" + b + "256, 64]@cuda):\n  %3: f32[" + b +
+                      "256, 192]@cuda = aten.mul.Tensor(%0, %1)\n  %4: bf16[" + b +
+                      "256, 192]@cuda = aten._to_copy.default(%3, dtype=dtype(bf16))\n  %5: bf16[" +
+                      b + "192, 256]{" + strides + "}@cuda = aten.permute.default(%4, [" + perm +
+                      "])\n  %6: bf16[" + b + "192, 64]@cuda = aten." + op +
+                      ".default(%5, %2)\n  return (%6)\n");
+  };
+  for (const CudaSource& src :
+       {product("", "1, 192", "1, 0", "mm"), product("8, ", "49152, 1, 192", "0, 2, 1", "bmm")}) {
+    const std::string code = backend::cuda::strip_prelude(src.code);
+    ASSERT_EQ(src.kernels.size(), 1u) << code;
+    const auto& k = src.kernels[0];
+    EXPECT_EQ(k.kind, KernelKind::Pointwise);
+    EXPECT_EQ(k.tile, 0) << code;
+    EXPECT_GT(k.vec, 0) << code;
+    expect_compiles(src);
+  }
 }
 
 // The same element read by two members whose indices were built over their own variables (a
