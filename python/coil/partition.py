@@ -134,16 +134,23 @@ def _backward_uses(graph: fx.Graph, forward: set[fx.Node]) -> dict[fx.Node, tupl
     return uses
 
 
+# How many products earlier than its first backward reader a value computed again may be
+# computed because another one's computation needs it: a GELU's tanh is read by its gradient
+# one product (the next layer's input gradient) after the weight gradient that reads the GELU's
+# output; a transformer layer's backward runs 6-10 products, so a residual stream's values are
+# several products apart per layer.
+EARLY_PRODUCTS = 3
+
+
 def _computes_early(n: fx.Node, others: set[fx.Node], uses: dict[fx.Node, tuple[int, int]]) -> bool:
-    """Whether computing n again would compute one of `others` (values computed again
-    themselves) before the backward needs it: a product after n's last backward reader. A float32
-    residual stream computed again layer by layer from its branches' outputs builds every
-    earlier layer's value for the last layer's, the backward's first: all alive at once, the
-    memory of saving them plus the work (GPT-2's bf16-autocast backward began with one kernel
-    writing twelve layers' residuals). A GELU's tanh through its float32 input is fine: the
-    backward reads both in the same place."""
-    last = uses.get(n, (0, 0))[1]
-    return any(m is not n and uses.get(m, (0, -1))[0] > last for m in others)
+    """Whether computing n again, when its backward readers first need it, would compute one of
+    `others` (values computed again themselves) more than EARLY_PRODUCTS products before the
+    backward first needs that one. A float32 residual stream computed again layer by layer
+    from its branches' outputs builds every earlier layer's value for the last layer's, the
+    backward's first: all alive at once, the memory of saving them plus the work (GPT-2's
+    bf16-autocast backward began with one kernel writing twelve layers' residuals)."""
+    first = uses.get(n, (0, 0))[0]
+    return any(m is not n and uses.get(m, (0, -1))[0] - first > EARLY_PRODUCTS for m in others)
 
 
 def _chain_boundary(n: fx.Node, boundary, mutated: set[fx.Node],
@@ -309,9 +316,11 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
                     del reads_views[n]
                 changed = True
     # In forward order, a value whose recomputation would compute another one taken again
-    # before the backward needs that one stays saved (_computes_early); the next can then be
-    # computed from it.
-    taken_so_far: set[fx.Node] = set()
+    # well before the backward needs that one stays saved (_computes_early); the next can then
+    # be computed from it.
+    # What each value taken again computes with it, transitively (clone() clones the taken
+    # values its chain reads).
+    needs: dict[fx.Node, set[fx.Node]] = {}
     for n in [n for n in graph.nodes if n in reads_views]:
         stops: set[fx.Node] = set()
 
@@ -323,10 +332,12 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
 
         cloned: set[fx.Node] = set()
         _chain_boundary(n, stop_at, mutated, recomputable, cloned)
-        if _computes_early(n, (stops | cloned) & taken_so_far, uses):
+        direct = (stops | cloned) & needs.keys()
+        computed = set(direct).union(*(needs[m] for m in direct))
+        if _computes_early(n, computed, uses):
             del reads_views[n]
         else:
-            taken_so_far.add(n)
+            needs[n] = computed
     candidates = [n for n in graph.nodes if n in reads_views]
     if not candidates:
         return 0

@@ -233,21 +233,25 @@ class _AutocastResidual(torch.nn.Module):
     def __init__(self, layers=4):
         super().__init__()
         self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(16) for _ in range(layers))
-        self.lins = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(layers))
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(16, 32) for _ in range(layers))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(32, 16) for _ in range(layers))
 
     def forward(self, x):
         h = x
-        for norm, lin in zip(self.norms, self.lins):
+        for norm, up, down in zip(self.norms, self.ups, self.downs):
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                b = lin(norm(h))
+                b = down(up(norm(h)))  # a layer's backward: four products
             h = h + b.float()
         return h
 
 
 def _early_recomputations(gm) -> list[str]:
     """Values the backward computes again from saved ones alone (no tangent) whose computation
-    reads another such value that the gradient's computation needs only after a product that
-    follows all of its own uses: that value is then built long before it is needed."""
+    reads another such value that the gradient's computation needs only more than
+    partition.EARLY_PRODUCTS products after its own first use: that value is then built long
+    before it is needed."""
+    from coil import partition
+
     from_tangent, recomputed, region = set(), set(), {}
     products = 0
     for n in gm.graph.nodes:
@@ -286,7 +290,7 @@ def _early_recomputations(gm) -> list[str]:
         own = needed(n, None)
         for a in n.all_input_nodes:
             theirs = needed(a, n) if a in recomputed else []
-            if own and theirs and min(theirs) > max(own):
+            if own and theirs and min(theirs) - min(own) > partition.EARLY_PRODUCTS:
                 early.append(f"{n} reads {a}")
     return early
 
