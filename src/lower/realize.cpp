@@ -81,14 +81,18 @@ bool feeds_products(const Value* v) {
 }
 
 // Whether some reader of `v` takes it from memory (a matrix product or a convolution),
-// directly or through views (a transposed weight-gradient operand, a reshape to 2-d).
+// directly or through views (a transposed weight-gradient operand, a reshape to 2-d, the
+// expand AOTAutograd puts before every batched product's operand: attention's score gradient
+// reaches its two products through expand + view and permute + expand + view, and was
+// computed again into each).
 bool read_from_memory(const Value* v, int depth = 0) {
   for (const Node* u : v->users()) {
     const OpId op = u->op_id();
     if (detail::reads_operands_from_memory(op)) return true;
     const bool view = op == opid::aten_permute_default || op == opid::aten_t_default ||
                       op == opid::aten_transpose_int || op == opid::aten_view_default ||
-                      op == opid::aten__unsafe_view_default || op == opid::aten_reshape_default;
+                      op == opid::aten__unsafe_view_default || op == opid::aten_reshape_default ||
+                      op == opid::aten_expand_default;
     if (view && depth < 4)
       for (const Value* o : u->outputs())
         if (read_from_memory(o, depth + 1)) return true;

@@ -309,6 +309,47 @@ TEST(LinalgLowering, CloneReadByAProductReadsItsSourceInPlace) {
   EXPECT_GE(copies, 1);
 }
 
+// A value two batched products read, one through expand + view and one through permute +
+// expand + view (attention's score gradient as AOTAutograd hands it to dq's and dk's
+// products), is computed once: the second product reads the buffer transposed in place.
+// Before, the expands hid the products from the realize rule and each computed it again.
+TEST(LinalgLowering, ValueReadByTwoBatchedProductsThroughExpandsIsComputedOnce) {
+  const char* text =
+      R"(graph(%0: f32[2, 3, 8, 8]@cuda, %1: f32[2, 3, 8, 8]@cuda, %2: f32[6, 8, 4]@cuda, %3: f32[6, 8, 4]@cuda):
+  %4: f32[2, 3, 8, 8]@cuda = aten.mul.Tensor(%0, %1)
+  %5: f32[2, 3, 8, 8]@cuda = aten.exp.default(%4)
+  %6: f32[2, 3, 8, 8]@cuda = aten.expand.default(%5, [2, 3, 8, 8])
+  %7: f32[6, 8, 8]@cuda = aten.view.default(%6, [6, 8, 8])
+  %8: f32[6, 8, 4]@cuda = aten.bmm.default(%7, %2)
+  %9: f32[2, 3, 8, 8]{192, 64, 1, 8}@cuda = aten.permute.default(%5, [0, 1, 3, 2])
+  %10: f32[2, 3, 8, 8]{192, 64, 1, 8}@cuda = aten.expand.default(%9, [2, 3, 8, 8])
+  %11: f32[6, 8, 8]{64, 1, 8}@cuda = aten.view.default(%10, [6, 8, 8])
+  %12: f32[6, 8, 4]@cuda = aten.bmm.default(%11, %3)
+  return (%8, %12)
+)";
+  Lowered l = lower_text(text);
+  int computed = 0;
+  for (const auto& s : l.result.program.steps)
+    computed += std::holds_alternative<loop::ComputeNode>(s);
+  EXPECT_EQ(computed, 1) << loop::print_program(l.result.program);
+  std::vector<double> a = as_f32(random_values(384, 51)), b = as_f32(random_values(384, 52)),
+                      c = as_f32(random_values(192, 53)), d = as_f32(random_values(192, 54));
+  auto outs =
+      loop::interpret(l.result.program, {HostTensor::from_doubles(DType::Float32, {2, 3, 8, 8}, a),
+                                         HostTensor::from_doubles(DType::Float32, {2, 3, 8, 8}, b),
+                                         HostTensor::from_doubles(DType::Float32, {6, 8, 4}, c),
+                                         HostTensor::from_doubles(DType::Float32, {6, 8, 4}, d)});
+  std::vector<double> e(384), et(384);
+  for (int m = 0; m < 6; ++m)
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        e[m * 64 + i * 8 + j] = std::exp(a[m * 64 + i * 8 + j] * b[m * 64 + i * 8 + j]);
+        et[m * 64 + j * 8 + i] = e[m * 64 + i * 8 + j];
+      }
+  expect_close(outs[0], {6, 8, 4}, matmul_ref(e, c, 6, 8, 8, 4), 1e-4, 1e-5);
+  expect_close(outs[1], {6, 8, 4}, matmul_ref(et, d, 6, 8, 8, 4), 1e-4, 1e-5);
+}
+
 // A graph output that is a clone of a fresh value nothing else reads, already in the output's
 // layout (the layout pass's clone restoring a weight gradient's strides), is that value's
 // buffer: no copy. Another layout, another reader, a graph input or a view keep the copy.
