@@ -317,9 +317,8 @@ def taken_again_in_backward(joint: fx.GraphModule, pointwise: bool = False,
                 changed = True
     # In forward order, a value whose recomputation would compute another one taken again
     # well before the backward needs that one stays saved (_computes_early); the next can then
-    # be computed from it.
-    # What each value taken again computes with it, transitively (clone() clones the taken
-    # values its chain reads).
+    # be computed from it. `needs`: what each value taken again computes with it, transitively
+    # (clone() clones the taken values its chain reads).
     needs: dict[fx.Node, set[fx.Node]] = {}
     for n in [n for n in graph.nodes if n in reads_views]:
         stops: set[fx.Node] = set()

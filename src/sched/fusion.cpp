@@ -26,6 +26,7 @@ using loop::ComputeNode;
 struct Group {
   bool is_kernel = true;
   std::vector<int> steps;
+  std::set<loop::BufferId> buffers;  // storage roots the steps read or write
   std::vector<sym::Expr> outer;
   std::string name;
 };
@@ -101,7 +102,10 @@ class Fuser {
  private:
   int add_group(Group g) {
     int id = static_cast<int>(groups_.size());
-    for (int s : g.steps) step_group_[s] = id;
+    for (int s : g.steps) {
+      step_group_[s] = id;
+      add_buffers(g.buffers, s);
+    }
     groups_.push_back(std::move(g));
     return id;
   }
@@ -342,15 +346,9 @@ class Fuser {
   // independent members (a backward that rebuilt twelve layers' residuals at its start, 64
   // buffers) is a sign of values computed far from where they are needed.
   std::string too_many_buffers(const Group& grp, int s) const {
-    std::set<BufferId> used;
-    auto add = [&](int step) {
-      for (BufferId r : deps_[step].read_roots) used.insert(r);
-      for (BufferId w : deps_[step].writes) used.insert(storage_root(p_, w));
-    };
-    for (int m : grp.steps) add(m);
-    add(s);
-    if (used.size() <= static_cast<size_t>(kMaxKernelBuffers)) return "";
-    return "would use " + std::to_string(used.size()) + " buffers (at most " +
+    const size_t used = buffers_with(grp, s);
+    if (used <= static_cast<size_t>(kMaxKernelBuffers)) return "";
+    return "would use " + std::to_string(used) + " buffers (at most " +
            std::to_string(kMaxKernelBuffers) + " a kernel)";
   }
 
@@ -450,7 +448,23 @@ class Fuser {
   void join(int g, int s, std::vector<sym::Expr> outer) {
     groups_[g].outer = std::move(outer);
     groups_[g].steps.push_back(s);
+    add_buffers(groups_[g].buffers, s);
     step_group_[s] = g;
+  }
+
+  // How many storage roots kernel `grp` would read or write with step s.
+  size_t buffers_with(const Group& grp, int s) const {
+    std::set<BufferId> step;
+    add_buffers(step, s);
+    size_t added = 0;
+    for (BufferId b : step) added += !grp.buffers.count(b);
+    return grp.buffers.size() + added;
+  }
+
+  // The storage roots step s reads or writes, into `into`.
+  void add_buffers(std::set<BufferId>& into, int s) const {
+    into.insert(deps_[s].read_roots.begin(), deps_[s].read_roots.end());
+    for (BufferId w : deps_[s].writes) into.insert(storage_root(p_, w));
   }
 
   // Elements a node iterates over (its ranges and reduction ranges), as a size hint.
@@ -476,15 +490,10 @@ class Fuser {
       ++looked;
       if (grp.outer.size() != n.ranges.size()) continue;
       bool small = true;
-      std::set<BufferId> buffers;  // about the kernel's pointer parameters
-      for (int st : grp.steps) {
+      for (int st : grp.steps)
         small = small && work(std::get<ComputeNode>(p_.steps[st])) <= kSmallKernelWork;
-        buffers.insert(deps_[st].read_roots.begin(), deps_[st].read_roots.end());
-        buffers.insert(deps_[st].writes.begin(), deps_[st].writes.end());
-      }
-      buffers.insert(deps_[s].read_roots.begin(), deps_[s].read_roots.end());
-      buffers.insert(deps_[s].writes.begin(), deps_[s].writes.end());
-      if (!small || buffers.size() > kSmallKernelMaxBuffers) continue;
+      // About the kernel's pointer parameters.
+      if (!small || buffers_with(grp, s) > kSmallKernelMaxBuffers) continue;
       std::vector<sym::Expr> outer;
       if (const std::string why = check(s, n, g, &outer); !why.empty()) {
         log_ << "not fused " << name << " into " << grp.name << " (small): " << why << "\n";

@@ -448,7 +448,7 @@ void KernelEmitter::emit_pointwise() {
   }
   // Each member's elements, all members an element at a time; in kernels that draw random
   // numbers, member by member (the thread's Philox blocks then live one member's loop
-  // long: a kernel writing twelve layers' dropout masks held 72 registers of them).
+  // long, where a kernel writing twelve layers' dropout masks would hold twelve at once).
   auto element = [&](size_t m) {
     const ComputeNode& n = *nodes_[m];
     set_node_names(n);
