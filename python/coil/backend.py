@@ -555,7 +555,8 @@ def mode_options(mode: str | None) -> dict[str, Any]:
       max-autotune: reduce-overhead's CUDA graphs, and CUDA products measured against coil's
         own GEMM template (option cuda_gemm_templates: the first product of each shape times
         cuBLASLt and a few template tile shapes, and keeps the template only where it is
-        faster; docs/cuda-backend.md, "Matrix-product templates").
+        faster; docs/cuda-backend.md, "Matrix-product templates"), after cuBLASLt's first few
+        algorithms for the shape were timed and the fastest kept (option cuda_gemm_measure).
       max-autotune-no-cudagraphs: the default mode with those products.
     Both max-autotune modes also time cuDNN's first few engines for each convolution on its
     first call and keep the fastest (option cuda_conv_measure; the other modes take the
@@ -572,6 +573,7 @@ def mode_options(mode: str | None) -> dict[str, Any]:
         opts["reduce_overhead"] = True
     if mode.startswith("max-autotune"):
         opts["cuda_gemm_templates"] = True
+        opts["cuda_gemm_measure"] = True
         opts["cuda_conv_measure"] = True
         # CPU products and convolutions: coil's library kernels or ATen's, whichever measured
         # faster on the first run of each size (runtime/program_extern.cpp: measure_provider).

@@ -53,6 +53,9 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     # CUDA products: coil's GEMM template where it measured faster than cuBLASLt (the
     # max-autotune modes turn it on); cuda_gemm_force runs one tile configuration (tests).
     "cuda_gemm_templates": bool,
+    # CUDA products: the first product of each shape times cuBLASLt's first few algorithms for
+    # it and keeps the fastest (the max-autotune modes; otherwise the heuristic's first).
+    "cuda_gemm_measure": bool,
     "cuda_gemm_force": str,
     "symbol_ranges": str,
     "kernel_prefix": str,

@@ -162,24 +162,25 @@ double max_rel_error(DType t) { return t == DType::BFloat16 ? 3e-2 : 1e-2; }
 // products stay on cuBLASLt (at that size cuBLASLt's large-tile kernels are the ones to beat).
 constexpr int64_t kMaxScratchBytes = int64_t{2} << 30;
 
+// The device's name (a driver call the first time per ordinal) and its SM count.
+std::string device_label(const CudaSteps& steps) {
+  const cu::DeviceInfo& dev = steps.device();
+  TemplateState& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.device_names.find(dev.ordinal);
+  if (it == st.device_names.end()) {
+    std::string found = cu::device_name(dev.ordinal);
+    if (found.empty()) found = "sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor);
+    it = st.device_names.emplace(dev.ordinal, found).first;
+  }
+  return it->second + " " + std::to_string(dev.sm_count) + "sm";
+}
+
 std::string key_of(const cu::GemmArgs& g, const cu::GemmTemplateProblem& p,
                    const CudaSteps& steps) {
-  const cu::DeviceInfo& dev = steps.device();
-  std::string name;
-  {
-    TemplateState& st = state();
-    std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.device_names.find(dev.ordinal);
-    if (it == st.device_names.end()) {
-      std::string found = cu::device_name(dev.ordinal);
-      if (found.empty()) found = "sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor);
-      it = st.device_names.emplace(dev.ordinal, found).first;
-    }
-    name = it->second;
-  }
   std::ostringstream k;
-  k << name << " " << dev.sm_count << "sm " << p.spec.name() << " b" << g.batch << " " << g.m << "x"
-    << g.n << "x" << g.k << " ld " << p.lda << "," << p.ldb << "," << g.c_stride0 << " bs "
+  k << device_label(steps) << " " << p.spec.name() << " b" << g.batch << " " << g.m << "x" << g.n
+    << "x" << g.k << " ld " << p.lda << "," << p.ldb << "," << g.c_stride0 << " bs "
     << g.a.batch_stride << "," << g.b.batch_stride << "," << g.c_batch_stride;
   return k.str();
 }
@@ -417,36 +418,48 @@ std::optional<cu::GemmTileConfig> measure(const cu::GemmArgs& g, const cu::GemmT
   return chosen;
 }
 
-// The disk cache of choices: <cache_dir>/cuda/gemm/<sha256 of key>.txt holding "cublaslt" or
-// a configuration name (coil/backend/common/disk_cache.h's rules). Warnings are dropped, as the
-// launch cache's are: the same folder's were given when the graph's cubins were compiled.
+// The disk cache of choices: <cache_dir>/<folder>/<sha256 of key>.txt holding a word (coil/
+// backend/common/disk_cache.h's rules): in cuda/gemm "cublaslt" or a template configuration
+// name, in cuda/gemm_algorithm cuBLASLt's algorithm index. Warnings are dropped, as the launch
+// cache's are: the same folder's were given when the graph's cubins were compiled.
 struct ChoiceCache {
   std::vector<std::string> warnings;
   std::optional<backend::DiskCache> cache;
   std::string file;
-  ChoiceCache(const CompileOptions& o, const std::string& key) {
+  ChoiceCache(const CompileOptions& o, const std::string& key, const char* folder) {
     if (o.cache_dir.empty()) return;
     backend::Sha256 h;
     h.update(key);
     file = h.hex() + ".txt";
-    cache.emplace(o.cache_dir, "cuda/gemm", &warnings);
+    cache.emplace(o.cache_dir, folder, &warnings);
     if (!cache->enabled()) cache.reset();
   }
-  // nullopt: no entry; an engaged nullopt inside: cuBLASLt.
-  std::optional<std::optional<cu::GemmTileConfig>> load(const std::string& key) {
+  std::optional<std::string> load_word(const std::string& key) {
     if (!cache) return std::nullopt;
     std::optional<backend::CacheEntry> hit = cache->load(file, key);
     if (!hit) return std::nullopt;
     std::string word;
     std::istringstream(hit->content) >> word;
-    if (word == "cublaslt") return std::optional<cu::GemmTileConfig>();
-    if (auto c = cu::parse_gemm_config(word)) return std::optional<cu::GemmTileConfig>(c);
-    cache->evict(file, "not a GEMM provider choice");
+    return word;
+  }
+  void evict(const char* why) {
+    if (cache) cache->evict(file, why);
+  }
+  void store_word(const std::string& key, const std::string& word, const std::string& detail) {
+    if (cache) cache->store(file, key, word + "\n" + detail + "\n", 0600);
+  }
+  // Template choices. nullopt: no entry; an engaged nullopt inside: cuBLASLt.
+  std::optional<std::optional<cu::GemmTileConfig>> load(const std::string& key) {
+    std::optional<std::string> word = load_word(key);
+    if (!word) return std::nullopt;
+    if (*word == "cublaslt") return std::optional<cu::GemmTileConfig>();
+    if (auto c = cu::parse_gemm_config(*word)) return std::optional<cu::GemmTileConfig>(c);
+    evict("not a GEMM provider choice");
     return std::nullopt;
   }
   void store(const std::string& key, const std::optional<cu::GemmTileConfig>& c,
              const std::string& detail) {
-    if (cache) cache->store(file, key, (c ? c->name() : "cublaslt") + "\n" + detail + "\n", 0600);
+    store_word(key, c ? c->name() : "cublaslt", detail);
   }
 };
 
@@ -492,7 +505,7 @@ bool run_gemm_template(const cu::GemmArgs& g, const CudaSteps& steps, const RunC
         if ((known = it != st.choice.end())) config = it->second;
       }
       if (!known) {
-        ChoiceCache cache(o, key);
+        ChoiceCache cache(o, key, "cuda/gemm");
         cu::GemmTemplateEvent ev{key, "", "", ""};
         if (auto hit = cache.load(key)) {
           config = *hit;
@@ -533,13 +546,135 @@ bool run_gemm_template(const cu::GemmArgs& g, const CudaSteps& steps, const RunC
   return false;
 }
 
+// ---- cuBLASLt's algorithms by measurement (option cuda_gemm_measure).
+//
+// cuBLASLt's heuristic ranks algorithms by a model of the device; its first is not always the
+// fastest for a shape. Per key (device, cuBLASLt version, dtype, sizes, strides, epilogue) the
+// first call times the heuristic's first kGemmAlgorithms algorithms on the call's own operands
+// and output (every algorithm computes the same product; the last run writes the result), and
+// keeps another than the first only where it was faster by kMinAlgorithmGain twice, the
+// second time against the first again: a single quick run must not decide. The choice is kept
+// in memory and in <cache_dir>/cuda/gemm_algorithm; it is recorded as a GemmTemplateEvent
+// (how "algorithm measured" or "algorithm disk cache", choice "cublaslt#i/n"). Nothing is
+// measured while the stream captures a CUDA graph.
+
+struct AlgorithmState {
+  std::mutex mu;                      // guards `choice`
+  std::map<std::string, int> choice;  // key -> algorithm index
+  std::mutex measure_mu;              // one measurement at a time
+};
+AlgorithmState& algorithm_state() {
+  static auto* s = new AlgorithmState();
+  return *s;
+}
+
+constexpr double kMinAlgorithmGain = 0.03;
+
+std::string algorithm_key(const cu::GemmArgs& g, const CudaSteps& steps) {
+  std::ostringstream k;
+  k << device_label(steps) << " cublaslt " << cu::cublaslt_version() << " " << dtype_name(g.dtype)
+    << (g.allow_tf32 ? " tf32" : "") << " b" << g.batch << " " << g.m << "x" << g.n << "x" << g.k
+    << " a " << g.a.stride0 << "," << g.a.stride1 << "," << g.a.batch_stride << " b " << g.b.stride0
+    << "," << g.b.stride1 << "," << g.b.batch_stride << " c " << g.c_stride0 << "," << g.c_stride1
+    << "," << g.c_batch_stride << "," << g.c_cols << " bias "
+    << (g.bias ? std::to_string(reinterpret_cast<uintptr_t>(g.bias) % 16) : "none") << " act "
+    << g.activation << " alpha " << g.alpha << " pad " << g.a_zero_padded << g.b_zero_padded;
+  return k.str();
+}
+
+// Times the algorithms on g (its output written each time) and returns the index to keep.
+int measure_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc,
+                      cu::GemmTemplateEvent* ev) {
+  std::string why;
+  std::vector<float> ms;
+  for (int i = 0; i < cu::kGemmAlgorithms; ++i) {
+    cu::GemmArgs gi = g;
+    gi.algorithm = i;
+    if (i > 0 && !run_cublaslt(gi, steps, rc, &why)) break;  // past the heuristic's list
+    ms.push_back(time_min([&] { return run_cublaslt(gi, steps, rc, &why); }, rc.stream));
+  }
+  std::ostringstream detail;
+  int best = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    detail << (i ? ", " : "") << "#" << i << " " << ms_text(ms[i]);
+    if (ms[i] < ms[best]) best = static_cast<int>(i);
+  }
+  if (!ms.empty()) ev->cublaslt_ms = ms[0];
+  if (best > 0 && ms[best] < (1 - kMinAlgorithmGain) * ms[0]) {
+    cu::GemmArgs gb = g, g0 = g;
+    gb.algorithm = best;
+    const float t0 = time_min([&] { return run_cublaslt(g0, steps, rc, &why); }, rc.stream);
+    const float tb = time_min([&] { return run_cublaslt(gb, steps, rc, &why); }, rc.stream);
+    detail << "; again: #0 " << ms_text(t0) << ", #" << best << " " << ms_text(tb);
+    if (!(tb < (1 - kMinAlgorithmGain) * t0)) best = 0;
+  } else {
+    best = 0;
+  }
+  ev->detail = detail.str();
+  ev->choice = "cublaslt#" + std::to_string(best) + "/" + std::to_string(ms.size());
+  return ms.empty() ? -1 : best;  // -1: nothing could be timed (not cached)
+}
+
+// The algorithm index to run g with (0 where none was measured or measuring is off).
+int chosen_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc) {
+  AlgorithmState& st = algorithm_state();
+  const std::string key = algorithm_key(g, steps);
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.choice.find(key);
+    if (it != st.choice.end()) return it->second;
+  }
+  if (cu::stream_capturing(rc.stream)) return 0;
+  std::lock_guard<std::mutex> measuring(st.measure_mu);
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.choice.find(key);
+    if (it != st.choice.end()) return it->second;
+  }
+  ChoiceCache cache(steps.options(), key, "cuda/gemm_algorithm");
+  cu::GemmTemplateEvent ev{key, "", "", ""};
+  int index = -1;
+  if (std::optional<std::string> word = cache.load_word(key)) {
+    char* end = nullptr;
+    const long v = std::strtol(word->c_str(), &end, 10);
+    if (end && *end == 0 && v >= 0 && v < cu::kGemmAlgorithms) {
+      index = static_cast<int>(v);
+      ev.how = "algorithm disk cache";
+      ev.choice = "cublaslt#" + *word;
+    } else {
+      cache.evict("not an algorithm index");
+    }
+  }
+  if (index < 0) {
+    try {
+      index = measure_algorithm(g, steps, rc, &ev);
+      ev.how = "algorithm measured";
+      if (index >= 0) cache.store_word(key, std::to_string(index), ev.detail);
+    } catch (const std::exception& e) {
+      ev.how = "fallback";
+      ev.choice = "cublaslt";
+      ev.detail = std::string("algorithm measurement failed: ") + e.what();
+    }
+  }
+  cu::record_gemm_template_event(ev);
+  index = std::max(index, 0);
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.choice[key] = index;
+  return index;
+}
+
 }  // namespace
 
-bool run_gemm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc,
+bool run_gemm(const cu::GemmArgs& given, const CudaSteps& steps, const RunContext& rc,
               std::string* why) {
   const CompileOptions& o = steps.options();
+  cu::GemmArgs g = given;
+  if (o.cuda_gemm_measure && g.m > 0 && g.n > 0) g.algorithm = chosen_algorithm(g, steps, rc);
   if ((o.cuda_gemm_templates || !o.cuda_gemm_force.empty()) && run_gemm_template(g, steps, rc))
     return true;
+  if (run_cublaslt(g, steps, rc, why)) return true;
+  if (g.algorithm == 0) return false;
+  g.algorithm = 0;  // a cached index the heuristic no longer offers
   return run_cublaslt(g, steps, rc, why);
 }
 

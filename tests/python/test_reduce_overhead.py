@@ -23,7 +23,7 @@ def test_modes_stand_for_options():
     assert backend.mode_options(None) == {}
     assert backend.mode_options("default") == {}
     assert backend.mode_options("reduce-overhead") == {"reduce_overhead": True}
-    autotune = {"cuda_gemm_templates": True, "cuda_conv_measure": True,
+    autotune = {"cuda_gemm_templates": True, "cuda_gemm_measure": True, "cuda_conv_measure": True,
                 "extern_provider": "measured"}
     assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **autotune}
     assert backend.mode_options("max-autotune-no-cudagraphs") == autotune

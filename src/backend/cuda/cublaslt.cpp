@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "coil/backend/cuda/driver.h"
 #include "dynamic_library.h"
@@ -54,10 +55,11 @@ struct HeuristicResult {
 };
 
 // One product's cuBLASLt objects: the operation (its bias pointer is set per call), the
-// three layouts and the heuristic's algorithm (none: cuBLASLt has no algorithm for it).
+// three layouts and the heuristic's algorithms, best first (none: cuBLASLt has no algorithm
+// for it).
 struct Problem {
   Desc op = nullptr, ad = nullptr, bd = nullptr, dd = nullptr;
-  std::optional<Algo> algo;
+  std::vector<Algo> algos;
 };
 // What a Problem depends on (gemm's `key`).
 constexpr size_t kKeyFields = 16;
@@ -75,6 +77,7 @@ struct Lt {
   Status (*pref_set)(Desc, int attr, const void* buf, size_t size);
   Status (*heuristic)(Handle, Desc op, Desc a, Desc b, Desc c, Desc d, Desc pref, int count,
                       HeuristicResult* results, int* returned);
+  size_t (*version)();
   Status (*matmul)(Handle, Desc op, const void* alpha, const void* a, Desc ad, const void* b,
                    Desc bd, const void* beta, const void* c, Desc cd, void* d, Desc dd,
                    const Algo* algo, void* workspace, size_t workspace_size, CUstream stream);
@@ -113,6 +116,7 @@ Lt& lt() {
     bind(r->pref_set, "cublasLtMatmulPreferenceSetAttribute");
     bind(r->heuristic, "cublasLtMatmulAlgoGetHeuristic");
     bind(r->matmul, "cublasLtMatmul");
+    bind(r->version, "cublasLtGetVersion");
     r->why = lib.why;
     if (!r->why.empty()) return r;
     Driver::get(&r->why);
@@ -173,8 +177,8 @@ int data_type(DType t) {
   }
 }
 
-// Creates p's descriptors for the product of gemm() and asks the heuristic for an algorithm;
-// false where cuBLASLt rejects a descriptor (p is then left empty).
+// Creates p's descriptors for the product of gemm() and asks the heuristic for its first
+// kGemmAlgorithms algorithms; false where cuBLASLt rejects a descriptor (p is then left empty).
 bool prepare(Lt& l, Handle handle, const GemmArgs& g, Problem& p, int type, int compute, int op_a,
              int op_b, int epilogue, const Layout& la, const Layout& lb, int64_t ldc) {
   bool ok = l.desc_create(&p.op, compute, kR32F) == 0;
@@ -200,12 +204,14 @@ bool prepare(Lt& l, Handle handle, const GemmArgs& g, Problem& p, int type, int 
   if (ok && g.bias) ok = l.desc_set(p.op, kDescBiasPointer, &g.bias, sizeof g.bias) == 0;
   if (ok) {
     size_t ws = kWorkspaceBytes;
-    HeuristicResult res{};
+    std::array<HeuristicResult, kGemmAlgorithms> res{};
     int n = 0;
     Desc pref = nullptr;
     if (l.pref_create(&pref) == 0 && l.pref_set(pref, kPrefMaxWorkspace, &ws, sizeof ws) == 0 &&
-        l.heuristic(handle, p.op, p.ad, p.bd, p.dd, p.dd, pref, 1, &res, &n) == 0 && n > 0)
-      p.algo = res.algo;
+        l.heuristic(handle, p.op, p.ad, p.bd, p.dd, p.dd, pref, kGemmAlgorithms, res.data(), &n) ==
+            0)
+      for (int i = 0; i < std::min(n, kGemmAlgorithms); ++i)
+        if (res[i].state == 0) p.algos.push_back(res[i].algo);
     if (pref) l.pref_destroy(pref);
     return true;
   }
@@ -220,26 +226,31 @@ bool prepare(Lt& l, Handle handle, const GemmArgs& g, Problem& p, int type, int 
 
 std::string cublaslt_unavailable_reason() { return lt().why; }
 
-bool gemm(const GemmArgs& g, void* stream, std::string* why) {
+size_t cublaslt_version() {
   Lt& l = lt();
-  auto fail = [&](const std::string& w) {
-    if (why) *why = w;
-    return false;
-  };
-  if (!l.why.empty()) return fail(l.why);
+  return l.why.empty() ? l.version() : 0;
+}
+
+namespace {
+
+// g's problem on the current device, its descriptors made and the heuristic asked on first
+// use (l.mu held); nullptr with *why where g needs another path. *handle, *workspace: the
+// device's.
+Problem* problem_of(Lt& l, const GemmArgs& g, Handle* handle, CUdeviceptr* workspace,
+                    std::string* why) {
+  if (!l.why.empty()) return *why = l.why, nullptr;
   const int type = data_type(g.dtype);
-  if (type < 0) return fail("dtype " + std::string(dtype_name(g.dtype)));
-  if (g.m == 0 || g.n == 0) return true;
+  if (type < 0) return *why = "dtype " + std::string(dtype_name(g.dtype)), nullptr;
   auto la = describe(g.m, g.k, g.a.stride0, g.a.stride1);
   auto lb = describe(g.k, g.n, g.b.stride0, g.b.stride1);
-  if (!la || !lb) return fail("operand strides");
+  if (!la || !lb) return *why = "operand strides", nullptr;
   if (!(g.c_stride1 == 1 || g.n == 1) || g.c_stride0 < std::max<int64_t>(g.n, 1))
-    return fail("output strides");
+    return *why = "output strides", nullptr;
   // cuBLASLt A := our B (op N when row-major), cuBLASLt B := our A, D := C^T [N, M].
   const int op_a = lb->row_major ? kOpN : kOpT;
   const int op_b = la->row_major ? kOpN : kOpT;
   const int compute = g.dtype == DType::Float32 && g.allow_tf32 ? kCompute32FFastTF32 : kCompute32F;
-  if (g.activation < 0 || g.activation > 2) return fail("unknown epilogue activation");
+  if (g.activation < 0 || g.activation > 2) return *why = "unknown epilogue activation", nullptr;
   static constexpr int kEpilogues[3][2] = {{kEpilogueDefault, kEpilogueBias},
                                            {kEpilogueRelu, kEpilogueReluBias},
                                            {kEpilogueGelu, kEpilogueGeluBias}};
@@ -262,27 +273,63 @@ bool gemm(const GemmArgs& g, void* stream, std::string* why) {
       g.b.batch_stride,
       g.c_batch_stride,
       0};
-  std::lock_guard<std::mutex> lock(l.mu);
-  std::string no_device;
-  Lt::OnDevice* dev = on_current_device(l, &no_device);
-  if (!dev) return fail(no_device);
+  Lt::OnDevice* dev = on_current_device(l, why);
+  if (!dev) return nullptr;
+  *handle = dev->handle;
+  *workspace = dev->workspace;
   std::unique_ptr<Problem>& slot = dev->problems[key];
   if (!slot) {
     auto p = std::make_unique<Problem>();
     if (!prepare(l, dev->handle, g, *p, type, compute, op_a, op_b, epilogue, *la, *lb, ldc)) {
       dev->problems.erase(key);
-      return fail("cuBLASLt rejected the descriptors");
+      return *why = "cuBLASLt rejected the descriptors", nullptr;
     }
     slot = std::move(p);
   }
-  Problem& p = *slot;
-  if (!p.algo) return fail("no cuBLASLt algorithm for this problem");
+  return slot.get();
+}
+
+}  // namespace
+
+int gemm_algorithm_count(const GemmArgs& g) {
+  Lt& l = lt();
+  std::lock_guard<std::mutex> lock(l.mu);
+  Handle handle = nullptr;
+  CUdeviceptr workspace = 0;
+  std::string why;
+  const Problem* p = problem_of(l, g, &handle, &workspace, &why);
+  return p ? static_cast<int>(p->algos.size()) : 0;
+}
+
+bool gemm(const GemmArgs& g, void* stream, std::string* why) {
+  Lt& l = lt();
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (g.m == 0 || g.n == 0) {  // nothing to write; the checks still say whether it could run
+    if (!l.why.empty()) return fail(l.why);
+    if (data_type(g.dtype) < 0) return fail("dtype " + std::string(dtype_name(g.dtype)));
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(l.mu);
+  Handle handle = nullptr;
+  CUdeviceptr workspace = 0;
+  std::string no;
+  Problem* found = problem_of(l, g, &handle, &workspace, &no);
+  if (!found) return fail(no);
+  Problem& p = *found;
+  if (p.algos.empty()) return fail("no cuBLASLt algorithm for this problem");
+  if (g.algorithm < 0 || static_cast<size_t>(g.algorithm) >= p.algos.size())
+    return fail("cuBLASLt offers " + std::to_string(p.algos.size()) + " algorithms, not #" +
+                std::to_string(g.algorithm));
+  const Algo& algo = p.algos[static_cast<size_t>(g.algorithm)];
   if (g.bias && l.desc_set(p.op, kDescBiasPointer, &g.bias, sizeof g.bias) != 0)
     return fail("cuBLASLt rejected the bias");
   const float alpha = g.alpha, beta = 0.0f;
-  Status st = l.matmul(dev->handle, p.op, &alpha, g.b.data, p.ad, g.a.data, p.bd, &beta, g.c, p.dd,
-                       g.c, p.dd, &*p.algo, reinterpret_cast<void*>(dev->workspace),
-                       kWorkspaceBytes, static_cast<CUstream>(stream));
+  Status st = l.matmul(handle, p.op, &alpha, g.b.data, p.ad, g.a.data, p.bd, &beta, g.c, p.dd, g.c,
+                       p.dd, &algo, reinterpret_cast<void*>(workspace), kWorkspaceBytes,
+                       static_cast<CUstream>(stream));
   if (st != 0)
     throw std::runtime_error("coil: cublasLtMatmul failed (status " + std::to_string(st) + ")");
   return true;

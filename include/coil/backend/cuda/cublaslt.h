@@ -33,7 +33,20 @@ struct GemmArgs {
   // The operand's storage holds zeros past its contiguous extent, up to its leading stride
   // (runtime/cuda_matmul.cpp pads in place instead of copying; cuBLASLt itself ignores these).
   bool a_zero_padded = false, b_zero_padded = false;
+  // Which of the heuristic's algorithms for this problem runs (0: its first, the default; gemm
+  // fails for an index past those it offers). The runtime picks one by measurement (option
+  // cuda_gemm_measure, runtime/cuda_matmul.cpp).
+  int algorithm = 0;
 };
+
+// How many algorithms cuBLASLt's heuristic offers for g's problem on the current device (at
+// most kGemmAlgorithms; 0 where it offers none or cannot take g).
+constexpr int kGemmAlgorithms = 8;
+int gemm_algorithm_count(const GemmArgs& g);
+
+// cuBLASLt's version (cublasLtGetVersion; 0 where it is not loaded): the heuristic's list, so
+// a measured choice's index, belongs to one version.
+size_t cublaslt_version();
 
 // "" when cuBLASLt can be loaded, else why not.
 std::string cublaslt_unavailable_reason();
