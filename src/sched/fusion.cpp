@@ -352,6 +352,29 @@ class Fuser {
            std::to_string(kMaxKernelBuffers) + " a kernel)";
   }
 
+  // Whether a horizontal join of step s (node n) into group g, which reads `shared` bytes of
+  // what n reads, would gain too little for what it costs. Where other kernels or extern
+  // calls come between g's last step and s, the join computes n ahead of them and holds its
+  // output from there on. A node that writes much more than it shares
+  // (kHorizontalWritesPerShared times, and at least kHorizontalMinWrite bytes) then stays
+  // apart. The attention probabilities recomputed in a backward share only the causal mask's
+  // indices with each other (131 KB): joined, all twelve layers' [8, 12, 512, 512]
+  // probabilities (1.2 GB) were computed at the backward's start. Logged.
+  bool shares_too_little(int s, const ComputeNode& n, sym::Expr shared, int g) {
+    const Group& grp = groups_[g];
+    const int64_t writes = size_hint(ctx_, buffer_bytes(p_, p_.buffer(n.out)));
+    const int64_t sh = size_hint(ctx_, shared);
+    if (writes < kHorizontalMinWrite || writes <= kHorizontalWritesPerShared * sh) return false;
+    bool ahead = false;
+    for (int t = grp.steps.back() + 1; t < s && !ahead; ++t) ahead = step_group_[t] != g;
+    if (!ahead) return false;
+    log_ << "not fused " << out_name(s) << " into " << grp.name << " (horizontal): shares " << sh
+         << " bytes, writes " << writes << " ahead of other work\n";
+    return true;
+  }
+  static constexpr int64_t kHorizontalWritesPerShared = 8;
+  static constexpr int64_t kHorizontalMinWrite = int64_t{1} << 20;
+
   static const char* kind(const ComputeNode& n) {
     return n.is_reduction() ? "reduction" : "pointwise";
   }
@@ -405,7 +428,7 @@ class Fuser {
           sym::Expr b = buffer_bytes(p_, p_.buffer(r));
           shared = shared ? ctx_.add(shared, b) : b;
         }
-        if (shared) {
+        if (shared && !shares_too_little(s, n, shared, static_cast<int>(g))) {
           horizontal.push_back(
               {static_cast<int>(g), shared, size_hint(ctx_, shared), groups_[g].steps.back(), 0});
         }

@@ -199,6 +199,50 @@ TEST(Schedule, IndependentReductionsFuseHorizontally) {
   expect_golden("independent_reductions", full_text(b.p, s));
 }
 
+// Pointwise nodes over [R, C] that share only a small broadcast row (a mask's indices, say)
+// with an earlier kernel, with another kernel between them, stay apart: joined, the later one
+// would be computed ahead of that kernel and its output held from there on, for a few shared
+// bytes. A node sharing a large input still joins, and so does one right after the kernel.
+TEST(Schedule, HorizontalJoinAheadOfOtherWorkNeedsSharedBytesWorthTheOutput) {
+  ProgramBuilder b;
+  const DType f = DType::Float32;
+  Expr R = b.c(512), C = b.c(1024);  // 2 MiB outputs
+  BufferId row = b.input(f, {C});
+  BufferId x = b.input(f, {R, C}), y = b.input(f, {R, C}), w = b.input(f, {R, C});
+  BufferId z = b.input(f, {C, R});
+  auto scaled = [&](BufferId in) {
+    BufferId o = b.buffer(f, {R, C});
+    b.node(o, {R, C}, {nullptr, nullptr}, ReduceKind::None, {},
+           [&](BodyBuilder& bb, auto& i, auto&) {
+             return bb.op(InstrKind::Mul, f, bb.load(in, f, {i[0], i[1]}), bb.load(row, f, {i[1]}));
+           });
+    return o;
+  };
+  BufferId a = scaled(x);
+  BufferId next = scaled(y);         // right after kernel0: joins
+  BufferId t = b.buffer(f, {C, R});  // another kernel (other ranges) in between
+  b.node(t, {C, R}, {nullptr, nullptr}, ReduceKind::None, {}, [&](BodyBuilder& bb, auto& i, auto&) {
+    return bb.op(InstrKind::Neg, f, bb.load(z, f, {i[0], i[1]}));
+  });
+  BufferId far = scaled(w);  // shares only `row` (4 KiB) with kernel0: apart
+  BufferId big = scaled(x);  // shares x (2 MiB) with kernel0: joins
+  b.p.outputs = {a, next, t, far, big};
+  Schedule s = sched::schedule_program(b.p, CompileOptions{}, coil::test_support::policy_for(b.p));
+  ASSERT_EQ(s.kernels.size(), 3u) << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("not fused " + b.p.buffer(far).name +
+                              " into kernel0 (horizontal): shares 4096 bytes, writes 2097152 "
+                              "ahead of other work"),
+            std::string::npos)
+      << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("fused " + b.p.buffer(next).name + " into kernel0 (horizontal"),
+            std::string::npos)
+      << s.fusion_log;
+  EXPECT_NE(s.fusion_log.find("fused " + b.p.buffer(big).name + " into kernel0 (horizontal"),
+            std::string::npos)
+      << s.fusion_log;
+  check_memory_plan(b.p, s);
+}
+
 TEST(Schedule, TransposesDoNotFuseAndReuseMemory) {
   ProgramBuilder b;
   build_transposes(b, b.c(8), b.c(16));
