@@ -107,7 +107,7 @@ struct Scheduled {
 Scheduled schedule_for(const coil::Graph& g, const coil::backend::Backend& b,
                        const coil::CompileOptions& o) {
   Scheduled r{coil::lower::lower_graph(g, o, b.policy()), {}};
-  coil::sched::align_iteration_spaces(r.lowered.program);
+  coil::sched::align_iteration_spaces(r.lowered.program, b.policy().schedule);
   r.schedule = coil::sched::schedule_program(r.lowered.program, o, b.policy());
   return r;
 }

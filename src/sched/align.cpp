@@ -1,5 +1,7 @@
 #include "coil/sched/align.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -101,15 +103,61 @@ std::optional<ComputeNode> split_to(const ComputeNode& n, const std::vector<Expr
   return out;
 }
 
+// n's dims in its output's memory order (outermost first: strides descending, ties in the
+// node's order), or nullopt where that is the order already or cannot be told: n must be
+// pointwise and store to a buffer of constant strides at its index variables, one per dim.
+std::optional<ComputeNode> in_memory_order(const ComputeNode& n, const loop::Buffer& out,
+                                           sym::Context& ctx) {
+  if (n.is_reduction() || out.kind == loop::BufferKind::View) return std::nullopt;
+  const size_t d = n.index_vars.size();
+  if (d < 2 || n.store_index.size() != d || out.strides.size() != d) return std::nullopt;
+  std::vector<int64_t> stride(d, -1);  // per index variable
+  for (size_t k = 0; k < d; ++k) {
+    auto it = std::find(n.index_vars.begin(), n.index_vars.end(), n.store_index[k]);
+    const std::optional<int64_t> st = ctx.as_const(out.strides[k]);
+    if (it == n.index_vars.end() || !st) return std::nullopt;
+    const size_t v = static_cast<size_t>(it - n.index_vars.begin());
+    if (stride[v] >= 0) return std::nullopt;
+    // A dim of size 1 has no order: it keeps its place (its stride counts as the largest).
+    stride[v] = ctx.as_const(n.ranges[v]) == std::optional<int64_t>(1)
+                    ? std::numeric_limits<int64_t>::max()
+                    : *st;
+  }
+  std::vector<size_t> order(d);
+  for (size_t v = 0; v < d; ++v) order[v] = v;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return stride[a] > stride[b]; });
+  bool same = true;
+  for (size_t v = 0; v < d; ++v) same = same && order[v] == v;
+  if (same) return std::nullopt;
+  ComputeNode r = n;
+  for (size_t v = 0; v < d; ++v) {
+    r.ranges[v] = n.ranges[order[v]];
+    r.index_vars[v] = n.index_vars[order[v]];
+  }
+  return r;
+}
+
 }  // namespace
 
-std::string align_iteration_spaces(loop::LoopProgram& p) {
+std::string align_iteration_spaces(loop::LoopProgram& p, const backend::SchedulePolicy& policy) {
   COIL_CHECK(p.ctx != nullptr) << "LoopProgram without a sym::Context";
   sym::Context& ctx = *p.ctx;
+  std::ostringstream log;
+  if (policy.pointwise_in_memory_order) {
+    for (loop::Step& step : p.steps) {
+      auto* n = std::get_if<ComputeNode>(&step);
+      if (n == nullptr) continue;
+      std::optional<ComputeNode> r = in_memory_order(*n, p.buffer(n->out), ctx);
+      if (!r) continue;
+      log << "reordered " << p.buffer(n->out).name << " " << detail::ranges_str(ctx, n->ranges)
+          << " -> " << detail::ranges_str(ctx, r->ranges) << " (its memory order)\n";
+      *n = std::move(*r);
+    }
+  }
   std::vector<int> producer(p.buffers.size(), -1);
   for (size_t s = 0; s < p.steps.size(); ++s)
     if (const auto* n = std::get_if<ComputeNode>(&p.steps[s])) producer[n->out] = int(s);
-  std::ostringstream log;
   for (size_t s = 0; s < p.steps.size(); ++s) {
     auto* n = std::get_if<ComputeNode>(&p.steps[s]);
     if (n == nullptr) continue;

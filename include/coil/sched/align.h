@@ -11,11 +11,17 @@
 
 #include <string>
 
+#include "coil/backend/policy/target_policy.h"
 #include "coil/loop/program.h"
 
 namespace coil::sched {
 
-// Rewrites nodes in place; returns one log line per split.
-std::string align_iteration_spaces(loop::LoopProgram& program);
+// Where `policy` asks for it (pointwise_in_memory_order), first puts each pointwise node's
+// dims in its output's memory order: a node storing [3072, 4096] through a transposed layout
+// (strides {1, 3072}) iterates [4096, 3072], as the kernels over that memory do.
+//
+// Rewrites nodes in place; returns one log line per change.
+std::string align_iteration_spaces(loop::LoopProgram& program,
+                                   const backend::SchedulePolicy& policy = {});
 
 }  // namespace coil::sched

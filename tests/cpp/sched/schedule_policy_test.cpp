@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../test_policies.h"
+#include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "test_programs.h"
 
@@ -92,6 +93,46 @@ TEST(SchedulePolicy, SerialWorkPerOuterPointIsThePolicysLimit) {
   EXPECT_NE(gpu.fusion_log.find("would run 262144 elements at each of 32 outer points"),
             std::string::npos)
       << gpu.fusion_log;
+}
+
+// A value stored through a transposed layout (a product's operand [C, R] with strides {1, C})
+// and a pointwise node over the same memory [R, C] read the same input. Under a policy that
+// puts pointwise nodes in their output's memory order both iterate [R, C] and share one
+// kernel; otherwise their outer ranges differ ([C, R] vs [R, C]) and they stay apart.
+TEST(SchedulePolicy, PointwiseInMemoryOrderIsThePolicysChoice) {
+  auto build = [](ProgramBuilder& b) {
+    const DType f = DType::Float32;
+    Expr R = b.c(64), C = b.c(32);
+    auto x = b.input(f, {R, C});
+    auto t = b.buffer(f, {C, R});
+    b.p.buffers[t].strides = {b.c(1), C};
+    b.node(t, {C, R}, {nullptr, nullptr}, ReduceKind::None, {},
+           [&](BodyBuilder& bb, auto& i, auto&) {
+             return bb.op(InstrKind::Mul, f, bb.load(x, f, {i[1], i[0]}), bb.constant(2.0, f));
+           });
+    auto u = b.buffer(f, {R, C});
+    b.node(u, {R, C}, {nullptr, nullptr}, ReduceKind::None, {},
+           [&](BodyBuilder& bb, auto& i, auto&) {
+             return bb.op(InstrKind::Add, f, bb.load(x, f, {i[0], i[1]}), bb.constant(1.0, f));
+           });
+    b.p.outputs = {t, u};
+  };
+  const CompileOptions o;
+  ProgramBuilder plain;
+  build(plain);
+  EXPECT_EQ(sched::align_iteration_spaces(plain.p, backend::cpu::cpu_policy().schedule), "");
+  EXPECT_EQ(sched::schedule_program(plain.p, o, backend::cpu::cpu_policy()).kernels.size(), 2u);
+  ProgramBuilder ordered;
+  build(ordered);
+  backend::TargetPolicy policy = backend::cpu::cpu_policy();
+  policy.schedule.pointwise_in_memory_order = true;
+  const std::string log = sched::align_iteration_spaces(ordered.p, policy.schedule);
+  EXPECT_NE(log.find("reordered buf1 [32, 64] -> [64, 32] (its memory order)"), std::string::npos)
+      << log;
+  const sched::Schedule s = sched::schedule_program(ordered.p, o, policy);
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].outer_ranges.size(), 2u);
+  EXPECT_EQ(ordered.p.ctx->as_const(s.kernels[0].outer_ranges[0]), 64);
 }
 
 }  // namespace

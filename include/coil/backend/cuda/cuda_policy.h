@@ -31,6 +31,7 @@ inline const TargetPolicy& cuda_policy() {
     s.join_small_kernels = true;
     s.adopt_host_results = true;
     s.max_work_per_outer_point = int64_t{1} << 16;
+    s.pointwise_in_memory_order = true;
     return t;
   }();
   return p;
