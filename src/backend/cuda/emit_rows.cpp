@@ -27,8 +27,11 @@ std::pair<Expr, Expr> KernelEmitter::row_inner_var(const ComputeNode& n) {
 // kernels: in every member that loops inside the row, each access steps by 0 or 1 along the
 // member's last inner variable, the stride-1 ones start at a multiple of the width (for every
 // value of the other variables), and the last inner extent is a multiple of it.
+//
+// Uniform draws (dropout masks) take it too, four elements a step (one Philox block per
+// member and draw: emit_row_loop); normal draws and gathers keep the kernel scalar.
 int KernelEmitter::row_vector_width() {
-  if (info_.random) return 0;
+  int cap = 8;
   std::vector<Expr> starts;
   std::vector<Expr> extents;
   int max_size = 0;
@@ -37,9 +40,8 @@ int KernelEmitter::row_vector_width() {
     if (!var) continue;
     extents.push_back(range);
     for (const Instr& in : n->body.instrs) {
-      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Rand ||
-          in.kind == InstrKind::Randn)
-        return 0;
+      if (in.kind == InstrKind::Indirect || in.kind == InstrKind::Randn) return 0;
+      if (in.kind == InstrKind::Rand) cap = 4;
       if (in.kind != InstrKind::Load || locals_.count(in.buffer)) continue;
       Expr flat = flat_index(in.buffer, in.index);
       auto s = stride_along(flat, var);
@@ -57,7 +59,7 @@ int KernelEmitter::row_vector_width() {
     }
   }
   if (starts.empty()) return 0;
-  const int vec = std::min(8, 16 / max_size);
+  const int vec = std::min(cap, 16 / max_size);
   if (vec < 2) return 0;
   for (Expr e : extents) {
     auto c = ctx_.as_const(e);
@@ -205,6 +207,13 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     }
     if (!n.is_reduction() && !locals_.count(n.out)) storing = m;
   }
+  // Each uniform draw's Philox block at the step's first element (emit_rand_blocks): the
+  // step's elements take their words from it (coil::rand_uniform_in).
+  rand_blocks_.clear();
+  for (size_t m : members) {
+    bind_member_names(m, first_vars);
+    emit_rand_blocks(m);
+  }
   const bool stores = storing < nodes_.size();
   const std::string SE = stores ? ctype(buf(nodes_[storing]->out).dtype) : "";
   if (stores) line("coil::Vec<" + SE + ", V> S_;");
@@ -232,6 +241,7 @@ void KernelEmitter::emit_row_loop(const std::vector<size_t>& members,
     vec_mode_ = false;
     close();
   }
+  rand_blocks_.clear();  // their names are this step's
   for (const ValueCache* c : written) line(slot_write(*c->slot, c->vec));
   if (stores) {
     const ComputeNode& n = *nodes_[storing];

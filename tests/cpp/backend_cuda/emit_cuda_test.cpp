@@ -338,6 +338,24 @@ TEST(EmitCuda, MembersReadingTheSameRowShareTheRowCache) {
   expect_compiles(src);
 }
 
+// A dropout after a softmax is a row kernel: it takes the row vector entry points, four
+// elements a step, each step's draws from one Philox block (coil::rand_uniform_in).
+TEST(EmitCuda, RowKernelsWithUniformDrawsAreVectorized) {
+  CudaSource src = emit_graph(
+      "graph(%0: f32[8, 512, 768]@cuda):\n"
+      "  %1: f32[8, 512, 768]@cuda = aten._softmax.default(%0, -1, false)\n"
+      "  %2: f32[8, 512, 768]@cuda = aten.rand_like.default(%1)\n"
+      "  %3: b8[8, 512, 768]@cuda = aten.gt.Scalar(%2, 0.1)\n"
+      "  %4: f32[8, 512, 768]@cuda = aten.mul.Tensor(%1, %3)\n"
+      "  return (%4)\n");
+  const std::string code = backend::cuda::strip_prelude(src.code);
+  ASSERT_EQ(src.kernels.size(), 1u) << code;
+  EXPECT_EQ(src.kernels[0].vec, 4) << code;
+  EXPECT_NE(code.find("coil::philox_quad("), std::string::npos) << code;
+  EXPECT_NE(code.find("coil::rand_uniform_in(rq"), std::string::npos) << code;
+  expect_compiles(src);
+}
+
 // Dropout masks take the vector entry point, four elements a thread from one Philox block
 // (coil::rand_uniform_in), member by member; masks over an odd inner extent stay scalar.
 TEST(EmitCuda, UniformDrawsAreVectorizedFourAThread) {
