@@ -87,6 +87,17 @@ def test_uniform_draws_and_dropout(cols):
     torch.testing.assert_close(out[kept], w.detach()[kept] / 0.7)
     torch.testing.assert_close(w.grad, kept.float() / 0.7)
 
+    # A dropout after a softmax: a row kernel drawing four elements a step (cols 1024).
+    torch._dynamo.reset()
+    s = torch.compile(lambda a: F.dropout(torch.softmax(a, -1), p=0.3, training=True),
+                      backend="coil", options={"strict": True})(w.detach())
+    p = torch.softmax(w.detach(), -1)
+    kept = s != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(s[kept], p[kept] / 0.7)
+    lag = ((kept[:, 1:].float() - 0.7) * (kept[:, :-1].float() - 0.7)).mean().item()
+    assert abs(lag) < 5 * 0.21 / (kept[:, 1:].numel() ** 0.5)
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
