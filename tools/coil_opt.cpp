@@ -2,7 +2,8 @@
 // with --emit=BACKEND (cuda, cpu or cpp, portable: a name of coil/runtime/backends.h), the
 // kernels that backend generates for it (lowered and scheduled with its policy, as
 // compile_graph does; prelude left out), so a kernel can be read without a GPU;
-// --emit=fusion, the scheduler's fusion log (every fusion taken or refused, with the reason)
+// --emit=fusion, the scheduler's fusion log (the nodes split or reordered to align, then every
+// fusion taken or refused, with the reason)
 // and schedule; --emit=loops, the loop program the device's backend lowers the graph to (the
 // realize rule's outcome, before fusion).
 //
@@ -103,11 +104,12 @@ bool set_option(coil::CompileOptions& o, std::string_view name, const std::strin
 struct Scheduled {
   coil::lower::LowerResult lowered;
   coil::sched::Schedule schedule;
+  std::string align_log;  // the nodes align_iteration_spaces split or reordered
 };
 Scheduled schedule_for(const coil::Graph& g, const coil::backend::Backend& b,
                        const coil::CompileOptions& o) {
-  Scheduled r{coil::lower::lower_graph(g, o, b.policy()), {}};
-  coil::sched::align_iteration_spaces(r.lowered.program, b.policy().schedule);
+  Scheduled r{coil::lower::lower_graph(g, o, b.policy()), {}, {}};
+  r.align_log = coil::sched::align_iteration_spaces(r.lowered.program, b.policy().schedule);
   r.schedule = coil::sched::schedule_program(r.lowered.program, o, b.policy());
   return r;
 }
@@ -146,7 +148,7 @@ std::string emit(const coil::Graph& g, std::string_view backend, const coil::Com
     return coil::loop::print_program(coil::lower::lower_graph(g, o, b.policy()).program);
   const Scheduled s = schedule_for(g, b, o);
   if (backend == "fusion")
-    return s.schedule.fusion_log + "\n" +
+    return s.align_log + s.schedule.fusion_log + "\n" +
            coil::sched::print_schedule(s.lowered.program, s.schedule);
   return b.generate(s.lowered.program, s.schedule, o).text;
 }
