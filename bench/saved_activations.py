@@ -1,6 +1,7 @@
 """What a training step's forward saves for the backward, per partition, without a GPU.
 
     python bench/saved_activations.py tv_mobilenet_v2 hf_t5 [--partitions coil,mincut,default]
+    python bench/saved_activations.py hf_gpt2 --amp    # the train_bf16 step
 
 A training step's peak memory is mostly the activations the forward saves. This traces a
 dashboard model's step (bench/dashboard_models.py, built at the GPU batch size, on the CPU)
@@ -17,6 +18,7 @@ what, in seconds to minutes on a laptop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import os
@@ -45,7 +47,8 @@ def _kind(node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-def saved_by(model, inputs, partition_fn, decompositions) -> tuple[int, dict[str, int]]:
+def saved_by(model, inputs, partition_fn, decompositions,
+             amp: bool = False) -> tuple[int, dict[str, int]]:
     """Bytes of the forward's saved (non-input) outputs, and the same by the op producing them."""
     seen: dict = {}
 
@@ -64,7 +67,10 @@ def saved_by(model, inputs, partition_fn, decompositions) -> tuple[int, dict[str
     f = torch.compile(m, backend=aot_autograd(
         fw_compiler=forward_compiler, bw_compiler=lambda gm, ex: gm,
         partition_fn=partition_fn, decompositions=decompositions))
-    dashboard_models.loss_of(f(*inputs)).backward()
+    # --amp: the forward and loss under bfloat16 autocast, as the dashboard's train_bf16.
+    with (torch.autocast("cpu", dtype=torch.bfloat16) if amp else contextlib.nullcontext()):
+        loss = dashboard_models.loss_of(f(*inputs))
+    loss.backward()
     kinds = seen.get("kinds", {})
     return sum(kinds.values()), kinds
 
@@ -73,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+")
     ap.add_argument("--partitions", default="coil,mincut,default")
+    ap.add_argument("--amp", action="store_true", help="bfloat16 autocast (train_bf16)")
     a = ap.parse_args()
 
     coil_partition._on_cuda = lambda joint: True  # partition as the GPU path does
@@ -90,7 +97,7 @@ def main() -> None:
         model = built.model
         dashboard._no_dropout(model)
         for way in a.partitions.split(","):
-            total, kinds = saved_by(model, tuple(built.inputs), *ways[way])
+            total, kinds = saved_by(model, tuple(built.inputs), *ways[way], amp=a.amp)
             top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
             print(f"{name} {way}: saved {total / MIB:.0f} MiB; "
                   + ", ".join(f"{k} {b / MIB:.0f}" for k, b in top), flush=True)
