@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one device call: build coil, run the GPU tests of the changes not yet
+# run on a GPU, then two kernel comparisons against Inductor; each part is time-boxed so that
+# what ran comes back even when the call's limit is near. Logs and a summary go to $OUT (or
+# /tmp). Run from the repository root:
+#
+#   bash scripts/gpu_check.sh            # about 8 minutes on an H100
+#   GPU_CHECK_TESTS="tests/python/test_x.py" bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+exec > >(tee -a "$out/gpu_check.txt") 2>&1
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+./scripts/gpu_run.sh --build-only >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "== built ($(elapsed))"
+tests=${GPU_CHECK_TESTS:-"tests/python/test_cuda_gemm_algorithms.py tests/python/test_cuda_kernels.py \
+tests/python/test_partition.py tests/python/test_attention_mask_fold.py \
+tests/python/test_reduce_overhead.py tests/python/test_cuda_graphs.py"}
+# shellcheck disable=SC2086 # a list of test files
+timeout 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu $tests >"$out/tests.log" 2>&1
+echo "== tests: exit $? ($(elapsed))"
+grep -E "passed|failed" "$out/tests.log" | tail -2
+grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
+timeout 120 python3 bench/dashboard_kernels.py hf_gpt2 --mode train_bf16 --variants inductor,coil \
+  --top 20 >"$out/gpt2_train_bf16.log" 2>&1
+echo "== hf_gpt2 train_bf16 ($(elapsed))"
+tail -30 "$out/gpt2_train_bf16.log"
+timeout 150 python3 bench/dashboard_kernels.py hf_distilbert --mode train \
+  --variants inductor,coil,coil_b --coil-b-options cuda_gemm_measure=1 --top 15 \
+  >"$out/distilbert_train.log" 2>&1
+echo "== hf_distilbert train, coil_b: cuda_gemm_measure=1 ($(elapsed))"
+tail -30 "$out/distilbert_train.log"
