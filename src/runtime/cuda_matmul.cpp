@@ -582,7 +582,8 @@ std::string algorithm_key(const cu::GemmArgs& g, const CudaSteps& steps) {
   return k.str();
 }
 
-// Times the algorithms on g (its output written each time) and returns the index to keep.
+// Times the algorithms on g (its output written each time) and returns the index to keep, or
+// -1 where cuBLASLt cannot run g (nothing is cached).
 int measure_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc,
                       cu::GemmTemplateEvent* ev) {
   std::string why;
@@ -599,7 +600,12 @@ int measure_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunCo
     detail << (i ? ", " : "") << "#" << i << " " << ms_text(ms[i]);
     if (ms[i] < ms[best]) best = static_cast<int>(i);
   }
-  if (!ms.empty()) ev->cublaslt_ms = ms[0];
+  if (ms.empty() || ms[0] >= 1e30f) {  // the heuristic's first did not run: nothing to keep
+    ev->detail = "cuBLASLt could not run the product: " + why;
+    ev->choice = "cublaslt";
+    return -1;
+  }
+  ev->cublaslt_ms = ms[0];
   if (best > 0 && ms[best] < (1 - kMinAlgorithmGain) * ms[0]) {
     cu::GemmArgs gb = g, g0 = g;
     gb.algorithm = best;
@@ -612,7 +618,7 @@ int measure_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunCo
   }
   ev->detail = detail.str();
   ev->choice = "cublaslt#" + std::to_string(best) + "/" + std::to_string(ms.size());
-  return ms.empty() ? -1 : best;  // -1: nothing could be timed (not cached)
+  return best;
 }
 
 // The algorithm index to run g with (0 where none was measured or measuring is off).

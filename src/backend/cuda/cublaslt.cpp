@@ -291,16 +291,6 @@ Problem* problem_of(Lt& l, const GemmArgs& g, Handle* handle, CUdeviceptr* works
 
 }  // namespace
 
-int gemm_algorithm_count(const GemmArgs& g) {
-  Lt& l = lt();
-  std::lock_guard<std::mutex> lock(l.mu);
-  Handle handle = nullptr;
-  CUdeviceptr workspace = 0;
-  std::string why;
-  const Problem* p = problem_of(l, g, &handle, &workspace, &why);
-  return p ? static_cast<int>(p->algos.size()) : 0;
-}
-
 bool gemm(const GemmArgs& g, void* stream, std::string* why) {
   Lt& l = lt();
   auto fail = [&](const std::string& w) {

@@ -39,10 +39,8 @@ struct GemmArgs {
   int algorithm = 0;
 };
 
-// How many algorithms cuBLASLt's heuristic offers for g's problem on the current device (at
-// most kGemmAlgorithms; 0 where it offers none or cannot take g).
+// The most of the heuristic's algorithms a problem keeps (GemmArgs::algorithm indexes them).
 constexpr int kGemmAlgorithms = 8;
-int gemm_algorithm_count(const GemmArgs& g);
 
 // cuBLASLt's version (cublasLtGetVersion; 0 where it is not loaded): the heuristic's list, so
 // a measured choice's index, belongs to one version.

@@ -93,7 +93,7 @@ struct SchedulePolicy {
   // (EfficientNet-B0's slowest kernel). 0: no limit.
   int64_t max_work_per_outer_point = 0;
   // Pointwise nodes iterate in their output's memory order before fusion (align.cpp:
-  // order_pointwise_by_memory), so that a value stored through a transposed layout (a
+  // in_memory_order), so that a value stored through a transposed layout (a
   // product's operand) meets the kernels over the same memory: the GPU emitter picks its
   // own loop order, so only fusion sees the change.
   bool pointwise_in_memory_order = false;
