@@ -42,7 +42,7 @@ namespace coil {
   X(bool, cuda_fast_math, true, true)            /* approx exp/div where outputs are bf16/f16 */  \
   X(bool, cuda_fast_math_f32, true, true)        /* ... and where they are f32 too */             \
   X(bool, cuda_gemm_templates, false, false)     /* products: coil's template where faster */     \
-  X(bool, cuda_gemm_measure, false, false)       /* products: cuBLASLt's top algorithms timed */  \
+  X(bool, cuda_gemm_measure, true, false)        /* products: cuBLASLt's top algorithms timed */  \
   X(std::string, cuda_gemm_force, "", false)     /* "128x128x32_w4_s4": that template (tests) */  \
   X(std::string, symbol_ranges, "", true)        /* "s0:3:64;s1:2:" symbol ranges (ShapeEnv) */   \
   X(std::string, kernel_prefix, "", true)        /* "bw_": profiles tell graphs' kernels apart */ \
