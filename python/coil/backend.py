@@ -555,14 +555,14 @@ def mode_options(mode: str | None) -> dict[str, Any]:
       max-autotune: reduce-overhead's CUDA graphs, and CUDA products measured against coil's
         own GEMM template (option cuda_gemm_templates: the first product of each shape times
         cuBLASLt and a few template tile shapes, and keeps the template only where it is
-        faster; docs/cuda-backend.md, "Matrix-product templates"), after cuBLASLt's first few
-        algorithms for the shape were timed and the fastest kept (option cuda_gemm_measure).
+        faster; docs/cuda-backend.md, "Matrix-product templates"), racing the cuBLASLt
+        algorithm measured as in every mode (option cuda_gemm_measure, set here too).
       max-autotune-no-cudagraphs: the default mode with those products.
     Both max-autotune modes also time cuDNN's first few engines for each convolution on its
     first call and keep the fastest (option cuda_conv_measure; the other modes take the
     heuristics' first, as PyTorch does without torch.backends.cudnn.benchmark), and measure, on the CPU, coil's library kernel against ATen's for
-    each product and convolution (extern_provider="measured"). Launch configurations and CPU
-    GEMM libraries are measured in every mode."""
+    each product and convolution (extern_provider="measured"). Launch configurations, CPU
+    GEMM libraries and cuBLASLt's algorithms are measured in every mode."""
     if mode is None or mode == "default":
         return {}
     if mode not in KNOWN_MODES:
