@@ -17,19 +17,18 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ./scripts/gpu_run.sh --build-only >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built ($(elapsed))"
 tests=${GPU_CHECK_TESTS:-"tests/python/test_cuda_gemm_algorithms.py tests/python/test_cuda_kernels.py \
-tests/python/test_partition.py tests/python/test_attention_mask_fold.py \
-tests/python/test_reduce_overhead.py tests/python/test_cuda_graphs.py"}
+tests/python/test_cuda_models.py tests/python/test_partition.py tests/python/test_cuda_attention.py"}
 # shellcheck disable=SC2086 # a list of test files
 timeout 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu $tests >"$out/tests.log" 2>&1
 echo "== tests: exit $? ($(elapsed))"
 grep -E "passed|failed" "$out/tests.log" | tail -2
 grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
-timeout 120 python3 bench/dashboard_kernels.py hf_gpt2 --mode train_bf16 --variants inductor,coil \
-  --top 20 >"$out/gpt2_train_bf16.log" 2>&1
-echo "== hf_gpt2 train_bf16 ($(elapsed))"
+timeout 150 python3 bench/dashboard_kernels.py hf_gpt2 --mode train_bf16 --variants inductor,coil,coil_b \
+  --coil-b-options split_to_row_readers=0 --top 20 >"$out/gpt2_train_bf16.log" 2>&1
+echo "== hf_gpt2 train_bf16, coil_b: split_to_row_readers=0 ($(elapsed))"
 tail -30 "$out/gpt2_train_bf16.log"
 timeout 150 python3 bench/dashboard_kernels.py hf_distilbert --mode train \
-  --variants inductor,coil,coil_b --coil-b-options cuda_gemm_measure=1 --top 15 \
+  --variants inductor,coil,coil_b --coil-b-options split_to_row_readers=0 --top 15 \
   >"$out/distilbert_train.log" 2>&1
-echo "== hf_distilbert train, coil_b: cuda_gemm_measure=1 ($(elapsed))"
+echo "== hf_distilbert train, coil_b: split_to_row_readers=0 ($(elapsed))"
 tail -30 "$out/distilbert_train.log"

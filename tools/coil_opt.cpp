@@ -109,7 +109,7 @@ struct Scheduled {
 Scheduled schedule_for(const coil::Graph& g, const coil::backend::Backend& b,
                        const coil::CompileOptions& o) {
   Scheduled r{coil::lower::lower_graph(g, o, b.policy()), {}, {}};
-  r.align_log = coil::sched::align_iteration_spaces(r.lowered.program, b.policy().schedule);
+  r.align_log = coil::sched::align_iteration_spaces(r.lowered.program, b.policy().schedule, o);
   r.schedule = coil::sched::schedule_program(r.lowered.program, o, b.policy());
   return r;
 }

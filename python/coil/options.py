@@ -48,13 +48,16 @@ COMPILE_OPTION_FIELDS: dict[str, type] = {
     "cuda_compile_jobs": int,
     "cuda_row_entry": str,
     "cuda_online_softmax": bool,
+    # Where the backend's policy has it (CUDA): a pointwise node split to the rows of a
+    # reduction reading the same input, so both share one kernel (sched/align.cpp).
+    "split_to_row_readers": bool,
     "cuda_fast_math": bool,
     "cuda_fast_math_f32": bool,
     # CUDA products: coil's GEMM template where it measured faster than cuBLASLt (the
     # max-autotune modes turn it on); cuda_gemm_force runs one tile configuration (tests).
     "cuda_gemm_templates": bool,
     # CUDA products: the first product of each shape times cuBLASLt's first few algorithms for
-    # it and keeps the fastest (the max-autotune modes; otherwise the heuristic's first).
+    # it and keeps the fastest (on by default; False: the heuristic's first).
     "cuda_gemm_measure": bool,
     "cuda_gemm_force": str,
     "symbol_ranges": str,

@@ -173,7 +173,7 @@ std::unique_ptr<CompiledGraph> compile_stages(const std::string& graph_text,
   a.loop_program = loop::print_program(program);
   std::string align_log;
   sched::Schedule schedule = time("schedule", [&] {
-    if (options.fuse) align_log = sched::align_iteration_spaces(program, policy.schedule);
+    if (options.fuse) align_log = sched::align_iteration_spaces(program, policy.schedule, options);
     return sched::schedule_program(program, options, policy);
   });
   a.schedule = sched::print_schedule(program, schedule);

@@ -138,9 +138,45 @@ std::optional<ComputeNode> in_memory_order(const ComputeNode& n, const loop::Buf
   return r;
 }
 
+// The first row reduction (in step order) that reads a buffer n reads and whose rows n can be
+// split into: n's ranges become the reduction's outer ranges followed by its reduced ranges.
+// nullopt where none fits. A LayerNorm's output computed again for a weight gradient
+// ([4096, 768]) and the LayerNorm gradient's row sums ([8, 512] rows of 768) both read the
+// residual: split to [8, 512, 768], the two can share one row kernel and one read of it.
+std::optional<ComputeNode> split_to_row_reader(const loop::LoopProgram& p, const ComputeNode& n,
+                                               sym::Context& ctx, int step) {
+  if (n.is_reduction() || n.ranges.empty()) return std::nullopt;
+  for (const loop::Step& other : p.steps) {
+    const auto* r = std::get_if<ComputeNode>(&other);
+    if (r == nullptr || r == &n || !r->is_reduction() || r->ranges.empty() ||
+        r->reduction_ranges.empty() ||
+        r->ranges.size() + r->reduction_ranges.size() <= n.ranges.size())
+      continue;
+    const bool shares =
+        std::any_of(n.body.instrs.begin(), n.body.instrs.end(), [&](const loop::Instr& a) {
+          return a.kind == loop::InstrKind::Load &&
+                 std::any_of(r->body.instrs.begin(), r->body.instrs.end(),
+                             [&](const loop::Instr& b) {
+                               return b.kind == loop::InstrKind::Load && b.buffer == a.buffer;
+                             });
+        });
+    if (!shares) continue;
+    std::optional<ComputeNode> split = split_to(n, r->ranges, ctx, step);
+    if (!split || split->ranges.size() != r->ranges.size() + r->reduction_ranges.size()) continue;
+    bool rows_match = true;
+    for (size_t d = 0; d < r->reduction_ranges.size() && rows_match; ++d) {
+      Expr a = split->ranges[r->ranges.size() + d], b = r->reduction_ranges[d];
+      rows_match = a == b || ctx.provably_eq(a, b);
+    }
+    if (rows_match) return split;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-std::string align_iteration_spaces(loop::LoopProgram& p, const backend::SchedulePolicy& policy) {
+std::string align_iteration_spaces(loop::LoopProgram& p, const backend::SchedulePolicy& policy,
+                                   const CompileOptions& options) {
   COIL_CHECK(p.ctx != nullptr) << "LoopProgram without a sym::Context";
   sym::Context& ctx = *p.ctx;
   std::ostringstream log;
@@ -152,6 +188,18 @@ std::string align_iteration_spaces(loop::LoopProgram& p, const backend::Schedule
       if (!r) continue;
       log << "reordered " << p.buffer(n->out).name << " " << detail::ranges_str(ctx, n->ranges)
           << " -> " << detail::ranges_str(ctx, r->ranges) << " (its memory order)\n";
+      *n = std::move(*r);
+    }
+  }
+  if (policy.split_to_row_readers && options.split_to_row_readers) {
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      auto* n = std::get_if<ComputeNode>(&p.steps[s]);
+      if (n == nullptr) continue;
+      std::optional<ComputeNode> r = split_to_row_reader(p, *n, ctx, static_cast<int>(s));
+      if (!r) continue;
+      log << "split " << p.buffer(n->out).name << " " << detail::ranges_str(ctx, n->ranges)
+          << " -> " << detail::ranges_str(ctx, r->ranges)
+          << " to match the rows of a reduction reading the same input\n";
       *n = std::move(*r);
     }
   }

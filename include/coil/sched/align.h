@@ -13,15 +13,20 @@
 
 #include "coil/backend/policy/target_policy.h"
 #include "coil/loop/program.h"
+#include "coil/support/options.h"
 
 namespace coil::sched {
 
 // Where `policy` asks for it (pointwise_in_memory_order), first puts each pointwise node's
 // dims in its output's memory order: a node storing [3072, 4096] through a transposed layout
-// (strides {1, 3072}) iterates [4096, 3072], as the kernels over that memory do.
+// (strides {1, 3072}) iterates [4096, 3072], as the kernels over that memory do. Where it asks
+// for split_to_row_readers (and option split_to_row_readers leaves it on), splits a pointwise
+// node to the rows of a reduction that reads the same input: [4096, 768] -> [8, 512, 768]
+// next to row sums over [8, 512] x [768], so that both may share one kernel and one read.
 //
 // Rewrites nodes in place; returns one log line per change.
 std::string align_iteration_spaces(loop::LoopProgram& program,
-                                   const backend::SchedulePolicy& policy = {});
+                                   const backend::SchedulePolicy& policy = {},
+                                   const CompileOptions& options = {});
 
 }  // namespace coil::sched

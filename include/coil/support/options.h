@@ -39,6 +39,7 @@ namespace coil {
   X(int64_t, cuda_compile_jobs, 0, false)        /* NVRTC units at once; 0: one per core */       \
   X(std::string, cuda_row_entry, "", false)      /* "_br": force a row entry point (tests) */     \
   X(bool, cuda_online_softmax, false, true)      /* softmax's max and sum in one pass */          \
+  X(bool, split_to_row_readers, true, true)      /* where the policy has it: align.cpp (CUDA) */  \
   X(bool, cuda_fast_math, true, true)            /* approx exp/div where outputs are bf16/f16 */  \
   X(bool, cuda_fast_math_f32, true, true)        /* ... and where they are f32 too */             \
   X(bool, cuda_gemm_templates, false, false)     /* products: coil's template where faster */     \

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../test_policies.h"
+#include "coil/loop/interpreter.h"
 #include "coil/sched/align.h"
 #include "coil/sched/schedule.h"
 #include "test_programs.h"
@@ -133,6 +134,58 @@ TEST(SchedulePolicy, PointwiseInMemoryOrderIsThePolicysChoice) {
   ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
   EXPECT_EQ(s.kernels[0].outer_ranges.size(), 2u);
   EXPECT_EQ(ordered.p.ctx->as_const(s.kernels[0].outer_ranges[0]), 64);
+}
+
+// u = x * 2 over [32, 16] and the row sums of the same x read as [8, 4] rows of 16 (a
+// LayerNorm's output computed again for a weight gradient next to the LayerNorm gradient's
+// row sums). Under a policy that splits pointwise nodes to the rows of a reduction reading the
+// same input, u iterates [8, 4, 16] and joins the row kernel, one read of x for both; the
+// split program computes what the plain one does (the interpreter); otherwise two kernels.
+TEST(SchedulePolicy, SplittingToARowReadersRowsIsThePolicysChoice) {
+  auto build = [](ProgramBuilder& b) {
+    const DType f = DType::Float32;
+    auto x = b.input(f, {b.c(32), b.c(16)});
+    auto u = b.buffer(f, {b.c(32), b.c(16)});
+    b.node(u, {b.c(32), b.c(16)}, {nullptr, nullptr}, ReduceKind::None, {},
+           [&](BodyBuilder& bb, auto& i, auto&) {
+             return bb.op(InstrKind::Mul, f, bb.load(x, f, {i[0], i[1]}), bb.constant(2.0, f));
+           });
+    auto rows = b.buffer(f, {b.c(8), b.c(4)});
+    b.node(rows, {b.c(8), b.c(4)}, {nullptr, nullptr}, ReduceKind::Sum, {b.c(16)},
+           [&](BodyBuilder& bb, auto& i, auto& r) {
+             sym::Context& c = b.ctx();
+             return bb.load(x, f, {c.add(c.mul(i[0], c.constant(4)), i[1]), r[0]});
+           });
+    b.p.outputs = {u, rows};
+  };
+  const CompileOptions o;
+  ProgramBuilder plain;
+  build(plain);
+  EXPECT_EQ(sched::align_iteration_spaces(plain.p, backend::cpu::cpu_policy().schedule), "");
+  EXPECT_EQ(sched::schedule_program(plain.p, o, backend::cpu::cpu_policy()).kernels.size(), 2u);
+  backend::TargetPolicy policy = backend::cpu::cpu_policy();
+  policy.schedule.split_to_row_readers = true;
+  ProgramBuilder opted_out;
+  build(opted_out);
+  CompileOptions off;
+  off.split_to_row_readers = false;  // the option turns the policy's rule off
+  EXPECT_EQ(sched::align_iteration_spaces(opted_out.p, policy.schedule, off), "");
+  ProgramBuilder split;
+  build(split);
+  const std::string log = sched::align_iteration_spaces(split.p, policy.schedule);
+  EXPECT_NE(log.find("split buf1 [32, 16] -> [8, 4, 16] to match the rows of a reduction"),
+            std::string::npos)
+      << log;
+  std::vector<double> xs(32 * 16);
+  for (size_t k = 0; k < xs.size(); ++k) xs[k] = double(k % 29) - 7.5;
+  const auto x = loop::HostTensor::from_doubles(DType::Float32, {32, 16}, xs);
+  const auto want = loop::interpret(plain.p, {x});
+  const auto got = loop::interpret(split.p, {x});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k].to_doubles(), want[k].to_doubles());
+  const sched::Schedule s = sched::schedule_program(split.p, o, policy);
+  ASSERT_EQ(s.kernels.size(), 1u) << s.fusion_log;
+  EXPECT_EQ(s.kernels[0].outer_ranges.size(), 2u);
 }
 
 }  // namespace

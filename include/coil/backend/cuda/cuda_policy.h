@@ -32,6 +32,7 @@ inline const TargetPolicy& cuda_policy() {
     s.adopt_host_results = true;
     s.max_work_per_outer_point = int64_t{1} << 16;
     s.pointwise_in_memory_order = true;
+    s.split_to_row_readers = true;
     return t;
   }();
   return p;

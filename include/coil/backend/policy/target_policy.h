@@ -97,6 +97,9 @@ struct SchedulePolicy {
   // product's operand) meets the kernels over the same memory: the GPU emitter picks its
   // own loop order, so only fusion sees the change.
   bool pointwise_in_memory_order = false;
+  // A pointwise node is split to the rows of a reduction that reads the same input (align.cpp:
+  // split_to_row_reader), so that the two may share one row kernel and one read of it.
+  bool split_to_row_readers = false;
 };
 
 struct TargetPolicy {
