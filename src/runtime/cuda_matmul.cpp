@@ -1,6 +1,7 @@
 #include "cuda_matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -558,10 +559,42 @@ bool run_gemm_template(const cu::GemmArgs& g, const CudaSteps& steps, const RunC
 // (how "algorithm measured" or "algorithm disk cache", choice "cublaslt#i/n"). Nothing is
 // measured while the stream captures a CUDA graph.
 
+// What a choice depends on, as numbers: looked up on every product call, so no text is built
+// there (algorithm_key spells the same fields, with the device's name and cuBLASLt's version,
+// for the disk cache and the events, on a miss only).
+using AlgorithmFields = std::array<int64_t, 22>;
+
+AlgorithmFields algorithm_fields(const cu::GemmArgs& g, const CudaSteps& steps) {
+  int64_t alpha_bits = 0;
+  std::memcpy(&alpha_bits, &g.alpha, sizeof g.alpha);
+  return {steps.device().ordinal,
+          static_cast<int64_t>(g.dtype),
+          g.allow_tf32,
+          g.batch,
+          g.m,
+          g.n,
+          g.k,
+          g.a.stride0,
+          g.a.stride1,
+          g.a.batch_stride,
+          g.b.stride0,
+          g.b.stride1,
+          g.b.batch_stride,
+          g.c_stride0,
+          g.c_stride1,
+          g.c_batch_stride,
+          g.c_cols,
+          g.bias ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(g.bias) % 16) : -1,
+          g.activation,
+          alpha_bits,
+          g.a_zero_padded,
+          g.b_zero_padded};
+}
+
 struct AlgorithmState {
-  std::mutex mu;                      // guards `choice`
-  std::map<std::string, int> choice;  // key -> algorithm index
-  std::mutex measure_mu;              // one measurement at a time
+  std::mutex mu;                          // guards `choice`
+  std::map<AlgorithmFields, int> choice;  // -> algorithm index
+  std::mutex measure_mu;                  // one measurement at a time
 };
 AlgorithmState& algorithm_state() {
   static auto* s = new AlgorithmState();
@@ -624,19 +657,17 @@ int measure_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunCo
 // The algorithm index to run g with (0 where none was measured or measuring is off).
 int chosen_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunContext& rc) {
   AlgorithmState& st = algorithm_state();
-  const std::string key = algorithm_key(g, steps);
-  {
+  const AlgorithmFields fields = algorithm_fields(g, steps);
+  auto known = [&]() -> std::optional<int> {
     std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.choice.find(key);
-    if (it != st.choice.end()) return it->second;
-  }
+    auto it = st.choice.find(fields);
+    return it == st.choice.end() ? std::nullopt : std::optional<int>(it->second);
+  };
+  if (std::optional<int> index = known()) return *index;
   if (cu::stream_capturing(rc.stream)) return 0;
   std::lock_guard<std::mutex> measuring(st.measure_mu);
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.choice.find(key);
-    if (it != st.choice.end()) return it->second;
-  }
+  if (std::optional<int> index = known()) return *index;
+  const std::string key = algorithm_key(g, steps);
   ChoiceCache cache(steps.options(), key, "cuda/gemm_algorithm");
   cu::GemmTemplateEvent ev{key, "", "", ""};
   int index = -1;
@@ -665,7 +696,7 @@ int chosen_algorithm(const cu::GemmArgs& g, const CudaSteps& steps, const RunCon
   cu::record_gemm_template_event(ev);
   index = std::max(index, 0);
   std::lock_guard<std::mutex> lock(st.mu);
-  st.choice[key] = index;
+  st.choice[fields] = index;
   return index;
 }
 

@@ -138,34 +138,45 @@ std::optional<ComputeNode> in_memory_order(const ComputeNode& n, const loop::Buf
   return r;
 }
 
+// Per buffer, the steps (in order) of the row reductions that load it: reductions with outer
+// ranges, the candidates of split_to_row_reader.
+std::vector<std::vector<int>> row_readers(const loop::LoopProgram& p) {
+  std::vector<std::vector<int>> readers(p.buffers.size());
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const auto* r = std::get_if<ComputeNode>(&p.steps[s]);
+    if (r == nullptr || !r->is_reduction() || r->ranges.empty() || r->reduction_ranges.empty())
+      continue;
+    for (const loop::Instr& in : r->body.instrs)
+      if (in.kind == loop::InstrKind::Load &&
+          (readers[in.buffer].empty() || readers[in.buffer].back() != int(s)))
+        readers[in.buffer].push_back(int(s));
+  }
+  return readers;
+}
+
 // The first row reduction (in step order) that reads a buffer n reads and whose rows n can be
 // split into: n's ranges become the reduction's outer ranges followed by its reduced ranges.
 // nullopt where none fits. A LayerNorm's output computed again for a weight gradient
 // ([4096, 768]) and the LayerNorm gradient's row sums ([8, 512] rows of 768) both read the
 // residual: split to [8, 512, 768], the two can share one row kernel and one read of it.
 std::optional<ComputeNode> split_to_row_reader(const loop::LoopProgram& p, const ComputeNode& n,
+                                               const std::vector<std::vector<int>>& readers,
                                                sym::Context& ctx, int step) {
   if (n.is_reduction() || n.ranges.empty()) return std::nullopt;
-  for (const loop::Step& other : p.steps) {
-    const auto* r = std::get_if<ComputeNode>(&other);
-    if (r == nullptr || r == &n || !r->is_reduction() || r->ranges.empty() ||
-        r->reduction_ranges.empty() ||
-        r->ranges.size() + r->reduction_ranges.size() <= n.ranges.size())
-      continue;
-    const bool shares =
-        std::any_of(n.body.instrs.begin(), n.body.instrs.end(), [&](const loop::Instr& a) {
-          return a.kind == loop::InstrKind::Load &&
-                 std::any_of(r->body.instrs.begin(), r->body.instrs.end(),
-                             [&](const loop::Instr& b) {
-                               return b.kind == loop::InstrKind::Load && b.buffer == a.buffer;
-                             });
-        });
-    if (!shares) continue;
-    std::optional<ComputeNode> split = split_to(n, r->ranges, ctx, step);
-    if (!split || split->ranges.size() != r->ranges.size() + r->reduction_ranges.size()) continue;
+  std::vector<int> candidates;
+  for (const loop::Instr& in : n.body.instrs)
+    if (in.kind == loop::InstrKind::Load)
+      candidates.insert(candidates.end(), readers[in.buffer].begin(), readers[in.buffer].end());
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  for (int c : candidates) {
+    const auto& r = std::get<ComputeNode>(p.steps[static_cast<size_t>(c)]);
+    if (r.ranges.size() + r.reduction_ranges.size() <= n.ranges.size()) continue;
+    std::optional<ComputeNode> split = split_to(n, r.ranges, ctx, step);
+    if (!split || split->ranges.size() != r.ranges.size() + r.reduction_ranges.size()) continue;
     bool rows_match = true;
-    for (size_t d = 0; d < r->reduction_ranges.size() && rows_match; ++d) {
-      Expr a = split->ranges[r->ranges.size() + d], b = r->reduction_ranges[d];
+    for (size_t d = 0; d < r.reduction_ranges.size() && rows_match; ++d) {
+      Expr a = split->ranges[r.ranges.size() + d], b = r.reduction_ranges[d];
       rows_match = a == b || ctx.provably_eq(a, b);
     }
     if (rows_match) return split;
@@ -192,10 +203,12 @@ std::string align_iteration_spaces(loop::LoopProgram& p, const backend::Schedule
     }
   }
   if (policy.split_to_row_readers && options.split_to_row_readers) {
+    // Only pointwise nodes change here, so the reductions indexed once stay as they are.
+    const std::vector<std::vector<int>> readers = row_readers(p);
     for (size_t s = 0; s < p.steps.size(); ++s) {
       auto* n = std::get_if<ComputeNode>(&p.steps[s]);
       if (n == nullptr) continue;
-      std::optional<ComputeNode> r = split_to_row_reader(p, *n, ctx, static_cast<int>(s));
+      std::optional<ComputeNode> r = split_to_row_reader(p, *n, readers, ctx, static_cast<int>(s));
       if (!r) continue;
       log << "split " << p.buffer(n->out).name << " " << detail::ranges_str(ctx, n->ranges)
           << " -> " << detail::ranges_str(ctx, r->ranges)

@@ -96,6 +96,19 @@ TEST(SchedulePolicy, SerialWorkPerOuterPointIsThePolicysLimit) {
       << gpu.fusion_log;
 }
 
+// The program `build` makes, under the CPU policy (neither align rule): align changes nothing
+// and its two nodes run as two kernels. Returns the program.
+template <class Build>
+ProgramBuilder expect_cpu_policy_keeps_apart(Build build) {
+  ProgramBuilder plain;
+  build(plain);
+  EXPECT_EQ(sched::align_iteration_spaces(plain.p, backend::cpu::cpu_policy().schedule), "");
+  EXPECT_EQ(
+      sched::schedule_program(plain.p, CompileOptions{}, backend::cpu::cpu_policy()).kernels.size(),
+      2u);
+  return plain;
+}
+
 // A value stored through a transposed layout (a product's operand [C, R] with strides {1, C})
 // and a pointwise node over the same memory [R, C] read the same input. Under a policy that
 // puts pointwise nodes in their output's memory order both iterate [R, C] and share one
@@ -119,10 +132,7 @@ TEST(SchedulePolicy, PointwiseInMemoryOrderIsThePolicysChoice) {
     b.p.outputs = {t, u};
   };
   const CompileOptions o;
-  ProgramBuilder plain;
-  build(plain);
-  EXPECT_EQ(sched::align_iteration_spaces(plain.p, backend::cpu::cpu_policy().schedule), "");
-  EXPECT_EQ(sched::schedule_program(plain.p, o, backend::cpu::cpu_policy()).kernels.size(), 2u);
+  expect_cpu_policy_keeps_apart(build);
   ProgramBuilder ordered;
   build(ordered);
   backend::TargetPolicy policy = backend::cpu::cpu_policy();
@@ -159,10 +169,7 @@ TEST(SchedulePolicy, SplittingToARowReadersRowsIsThePolicysChoice) {
     b.p.outputs = {u, rows};
   };
   const CompileOptions o;
-  ProgramBuilder plain;
-  build(plain);
-  EXPECT_EQ(sched::align_iteration_spaces(plain.p, backend::cpu::cpu_policy().schedule), "");
-  EXPECT_EQ(sched::schedule_program(plain.p, o, backend::cpu::cpu_policy()).kernels.size(), 2u);
+  const ProgramBuilder plain = expect_cpu_policy_keeps_apart(build);
   backend::TargetPolicy policy = backend::cpu::cpu_policy();
   policy.schedule.split_to_row_readers = true;
   ProgramBuilder opted_out;
