@@ -229,10 +229,15 @@ def main() -> None:
     for name, lines in capture_traffic():
         for line in lines:
             print(f"    {name} {line}")
+    from coil.training_graphs import choices
+
+    for names, state, reason in choices():  # the default mode's training CUDA graphs
+        print(f"  coil training CUDA graphs ({', '.join(names)}): {state}: {reason}")
     # Peak memory of one step above what was live before it (parameters, inputs, the
     # optimizer's state): in training mostly what the forward saves for the backward.
     # (Not under reduce-overhead: a captured graph's memory comes from its pool, allocated at
-    # capture, so a replayed step allocates nothing.)
+    # capture, so a replayed step allocates nothing. Where the default mode keeps training
+    # graphs, the pools' size of all coil variants together is printed beside.)
     peaks = {}
     for v, s in (steps.items() if compile_mode != "reduce-overhead" else ()):
         torch.cuda.synchronize()
@@ -242,8 +247,12 @@ def main() -> None:
         torch.cuda.synchronize()
         peaks[v] = (torch.cuda.max_memory_allocated() - base) / 2**20
     if peaks:
+        from coil.reduce_overhead import pool_bytes
+
+        pools = pool_bytes() / 2**20
         print("peak MiB above the step's start: "
-              + ", ".join(f"{v} {m:.0f}" for v, m in peaks.items()))
+              + ", ".join(f"{v} {m:.0f}" for v, m in peaks.items())
+              + (f"; coil's CUDA graph pools {pools:.0f}" if pools else ""))
     print_cudnn_choices()
     if a.host_profile:
         print_host_profiles(steps, a.host_profile)

@@ -5,7 +5,8 @@
 # /tmp). Run from the repository root:
 #
 #   bash scripts/gpu_check.sh            # about 8 minutes on an H100
-#   GPU_CHECK_TESTS="tests/python/test_x.py" bash scripts/gpu_check.sh
+#   GPU_CHECK_TESTS="tests/python/test_x.py" GPU_CHECK_AB="hf_gpt2 train opt=0 20" \
+#     bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -16,19 +17,23 @@ elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ./scripts/gpu_run.sh --build-only >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built ($(elapsed))"
-tests=${GPU_CHECK_TESTS:-"tests/python/test_cuda_gemm_algorithms.py tests/python/test_cuda_kernels.py \
+tests=${GPU_CHECK_TESTS:-"tests/python/test_cuda_training_graphs.py \
+tests/python/test_cuda_gemm_algorithms.py tests/python/test_cuda_kernels.py \
 tests/python/test_cuda_models.py tests/python/test_partition.py tests/python/test_cuda_attention.py"}
 # shellcheck disable=SC2086 # a list of test files
 timeout 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu $tests >"$out/tests.log" 2>&1
 echo "== tests: exit $? ($(elapsed))"
 grep -E "passed|failed" "$out/tests.log" | tail -2
 grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
-timeout 150 python3 bench/dashboard_kernels.py hf_gpt2 --mode train_bf16 --variants inductor,coil,coil_b \
-  --coil-b-options split_to_row_readers=0 --top 20 >"$out/gpt2_train_bf16.log" 2>&1
-echo "== hf_gpt2 train_bf16, coil_b: split_to_row_readers=0 ($(elapsed))"
-tail -30 "$out/gpt2_train_bf16.log"
-timeout 150 python3 bench/dashboard_kernels.py hf_distilbert --mode train \
-  --variants inductor,coil,coil_b --coil-b-options split_to_row_readers=0 --top 15 \
-  >"$out/distilbert_train.log" 2>&1
-echo "== hf_distilbert train, coil_b: split_to_row_readers=0 ($(elapsed))"
-tail -30 "$out/distilbert_train.log"
+# Kernel comparisons: "model mode coil_b-options top" per line (coil_b: coil with those options).
+ab=${GPU_CHECK_AB:-"tv_resnet50 train cuda_graphs_training=1 15
+hf_gpt2 train_bf16 split_to_row_readers=0 20
+hf_distilbert train split_to_row_readers=0 15"}
+while read -r model mode opts top; do
+  [[ -z "$model" ]] && continue
+  timeout 150 python3 bench/dashboard_kernels.py "$model" --mode "$mode" \
+    --variants inductor,coil,coil_b --coil-b-options "$opts" --top "$top" \
+    >"$out/${model}_${mode}.log" 2>&1
+  echo "== $model $mode, coil_b: $opts ($(elapsed))"
+  tail -30 "$out/${model}_${mode}.log"
+done <<<"$ab"

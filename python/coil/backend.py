@@ -51,6 +51,7 @@ from .options import CoilOptions, build_options
 from .partition import partition_kwargs
 from .reduce_overhead import (CapturePool, PooledReplayer, static_inputs_of,
                               user_outputs_of)
+from .training_graphs import MeasuredReplayer, StepChoice
 
 log = logging.getLogger("coil")
 
@@ -217,7 +218,10 @@ class CoilGraphFn:
         # graphs (cuda_graphs.py), every graph in mode="reduce-overhead" (reduce_overhead.py).
         self.replayer = replayer(self._run_on_stream) if replayer is not None else None
         # Backward graphs take their inputs over (InputRelease) from the second call on: a
-        # failure of the first call still falls back to eager with the inputs at hand.
+        # failure of the first call still falls back to eager with the inputs at hand. Not
+        # while a CUDA graph may be captured (its replays read them in place), which the
+        # default mode's training graphs stop doing once their measured choice released them.
+        self.consume_wanted = consume
         self.consume = consume and replayer is None
         # mode="reduce-overhead" forward graphs: the outputs saved for the backward that are
         # inputs or views of them, and the runtime inputs they read (_save_input_copies).
@@ -240,6 +244,9 @@ class CoilGraphFn:
         return self._call(args)
 
     def _call(self, args: list) -> list:
+        if isinstance(self.replayer, MeasuredReplayer) and self.replayer.released:
+            self.replayer = None
+            self.consume = self.consume_wanted
         ex = self.exported
         env = None
         release = None
@@ -280,7 +287,7 @@ class CoilGraphFn:
                     f"coil graph returned {len(outs)} outputs, expected {ex.num_tensor_outputs}"
                 )
             result = ex.rebuild_outputs(outs, args, env)
-            if self.saved_positions and self.replayer.last:
+            if self.saved_positions and self.replayer is not None and self.replayer.last:
                 self._save_input_copies(result, outs, args, env)
             return result
         except torch.OutOfMemoryError:
@@ -449,6 +456,19 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         replayer = _pooled_replayer(name, gm, exported, kind, options, pool or CapturePool(),
                                     saved_inputs[1])
         dump.note("CUDA graph: captured and replayed (mode reduce-overhead)")
+    elif (on_cuda and kind in ("forward", "backward") and options.cuda_graphs
+          and options.cuda_graphs_training and pool is not None):
+        blocker = "symbolic sizes" if exported.binder else ""
+        if blocker:
+            dump.note(f"no CUDA graph: {blocker}")
+        else:
+            if kind == "forward":
+                saved_inputs = _saved_inputs(exported, user_outputs_of(kind))
+            pooled = _pooled_replayer(name, gm, exported, kind, options, pool, saved_inputs[1])
+            choice = pool.choice
+            replayer = lambda run: MeasuredReplayer(pooled(run), choice)  # noqa: E731
+            dump.note("CUDA graph: captured, kept where replays measure faster "
+                      "(training_graphs.py)")
     elif on_cuda and kind == "inference" and options.cuda_graphs:
         blocker = capture_blocker(gm) or ("symbolic sizes" if exported.binder else "")
         if blocker:
@@ -599,8 +619,15 @@ def coil_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
             gm, example_inputs, functools.partial(coil_backend, options=options, mode=mode)
         )
 
-    # mode="reduce-overhead": the CUDA graphs of this model's graphs share one memory pool.
-    pool = CapturePool() if opts.reduce_overhead else None
+    # mode="reduce-overhead": the CUDA graphs of this model's graphs share one memory pool; in
+    # the default mode its training graphs do, and share the measured choice of keeping them
+    # (training_graphs.py).
+    pool = None
+    if opts.reduce_overhead:
+        pool = CapturePool()
+    elif opts.cuda_graphs and opts.cuda_graphs_training:
+        pool = CapturePool()
+        pool.choice = StepChoice()
 
     def fw_compiler(g: fx.GraphModule, ex):
         return compile_aten_graph(g, ex, opts, "forward", pool)

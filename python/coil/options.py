@@ -94,7 +94,8 @@ def _compile_option_fields() -> dict[str, type]:
 # Options that only the Python glue uses.
 PYTHON_OPTION_FIELDS: dict[str, type] = {"debug": bool, "channels_last": bool,
                                          "channels_last_weights": bool,
-                                         "cuda_graphs": bool, "cse": bool, "recompute": bool,
+                                         "cuda_graphs": bool, "cuda_graphs_training": bool,
+                                         "cse": bool, "recompute": bool,
                                          "views_in_backward": bool,
                                          "recompute_pointwise": bool,
                                          "save_smaller_sources": bool,
@@ -152,6 +153,9 @@ class CoilOptions:
     cse: bool = True
     # CUDA inference graphs replay a captured CUDA graph after warm-up (cuda_graphs.py).
     cuda_graphs: bool = True
+    # With it, a model's CUDA training graphs (forward and backward) are captured in one pool
+    # too, and kept where their replays measured faster on the first steps (training_graphs.py).
+    cuda_graphs_training: bool = False
     # Training graphs split by AOTAutograd's min-cut partitioner, which recomputes cheap values
     # in the backward instead of saving them (as Inductor does). Off by default: on the H100
     # it made GPT-2 training slower (27.1 -> 29.8 ms) and its peak memory larger (6311 ->

@@ -58,7 +58,7 @@ from .graph_memory import KeptOutputs, build_tensor, keep_until_dropped, same_ad
 
 log = logging.getLogger("coil")
 
-__all__ = ["CapturePool", "PooledReplayer", "capture_traffic", "replay_events",
+__all__ = ["CapturePool", "PooledReplayer", "capture_traffic", "pool_bytes", "replay_events",
            "static_inputs_of", "user_outputs_of"]
 
 # Keys seen once (an ordinary call) remembered per graph: a backward whose saved values move
@@ -203,6 +203,8 @@ class CapturePool:
         # Storage (cdata) of a forward's last generation -> its capture: a backward that reads
         # one marks the forward's saved values consumed.
         self.saved: dict[int, _Capture] = {}
+        # The default mode's measured choice of keeping the captures (training_graphs.py).
+        self.choice = None
 
     def handle(self):
         if self._handle is None:
@@ -280,6 +282,16 @@ def capture_traffic() -> list[tuple[str, list[str]]]:
                 f"cloned out {len(cloned)} ({mb(cloned)})")
         out.append((r.name, lines))
     return out
+
+
+def pool_bytes() -> int:
+    """Bytes the CUDA caching allocator reserves for the pools of live replayers: the memory of
+    replayed steps, which allocate nothing while they run (bench/dashboard.py's peak)."""
+    ids = {r.pool._handle for r in list(_REPLAYERS) if r.pool._handle is not None and r.captures}
+    if not ids:
+        return 0
+    return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()
+               if tuple(seg.get("segment_pool_id", ())) in ids)
 
 
 def replay_events() -> list[tuple[str, dict[str, int]]]:
@@ -371,6 +383,19 @@ class PooledReplayer:
         self.captures.setdefault(key, []).append(c)
         self.captured.add(full)
         return self._replay(c, inputs)
+
+    def release(self, reason: str) -> None:
+        """Runs ordinarily from now on and lets go of its captures, and of the pool's memory
+        they hold (outputs the caller still holds move out first, or keep their memory until
+        dropped: _Capture.__del__). The default mode's measured choice (training_graphs.py)."""
+        self.disabled = reason
+        mine = {id(c) for cs in self.captures.values() for c in cs}
+        self.pool.captures = [c for c in self.pool.captures if id(c) not in mine]
+        for i, c in enumerate(self.pool.captures):
+            c.order = i
+        self.pool.saved = {k: c for k, c in self.pool.saved.items() if id(c) not in mine}
+        self.captures.clear()
+        self._saved = {}
 
     def saved_inputs(self, positions: Sequence[int]) -> dict[int, torch.Tensor]:
         """After a replay: the input copies at these input positions. A forward saves some

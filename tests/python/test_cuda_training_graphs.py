@@ -1,0 +1,166 @@
+"""The default mode's CUDA graphs for training (python/coil/training_graphs.py): a model's
+forward and backward graphs are captured in one pool and kept only where their replays measured
+faster. On a GPU: steps match eager whichever way the choice goes (forced both ways), with
+gradients the optimizer keeps, BatchNorm's running statistics and dropout; released captures
+run ordinarily and the backward frees its saved values again; a forward called without its
+backward gives the captures up. On the CPU: the option exists and the training graphs there
+get no replayer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not built")
+from coil import backend, training_graphs  # noqa: E402
+from coil.options import build_options  # noqa: E402
+from coil.training_graphs import MeasuredReplayer  # noqa: E402
+
+
+
+def gpu(test):
+    """A GPU test: marked `gpu`, skipped visibly without one."""
+    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test)
+    return pytest.mark.gpu(test)
+
+
+# The option, explicitly: the tests hold whatever the default is.
+ON = {"cuda_graphs_training": True}
+
+
+def _fresh():
+    torch._dynamo.reset()
+    backend._graph_fns.clear()
+
+
+def _fns():
+    return [fn for fn in list(backend._graph_fns) if fn.name]
+
+
+def _choices():
+    return training_graphs.choices()
+
+
+def _mlp(p=0.0, norm="layer"):
+    torch.manual_seed(0)
+    layers = [nn.Linear(64, 128)]
+    if norm == "batch":
+        layers.append(nn.BatchNorm1d(128))
+    layers += [nn.GELU(), nn.Dropout(p), nn.Linear(128, 32), nn.LayerNorm(32)]
+    return nn.Sequential(*layers).cuda()
+
+
+def _train(model, steps, set_to_none=True, tol=None, compare=True):
+    """Trains an eager copy and a compiled one side by side; asserts equal losses and
+    parameters at each step (`compare`)."""
+    tol = tol or dict(rtol=2e-4, atol=2e-4)
+    mine = copy.deepcopy(model)
+    compiled = torch.compile(mine, backend="coil", options=ON)
+    opt_e = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt_c = torch.optim.SGD(mine.parameters(), lr=0.05, momentum=0.9)
+    for step in range(steps):
+        x = torch.randn(16, 64, device="cuda")
+        t = torch.randn(16, 32, device="cuda")
+        losses = []
+        for fn, opt in ((model, opt_e), (compiled, opt_c)):
+            opt.zero_grad(set_to_none=set_to_none)
+            loss = F.mse_loss(fn(x), t)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        if compare:
+            torch.testing.assert_close(losses[1], losses[0], **tol)
+            for (n, p), q in zip(model.named_parameters(), mine.parameters()):
+                torch.testing.assert_close(q, p, **tol, msg=lambda m, n=n: f"{n} step {step}: {m}")
+            for b, c in zip(model.buffers(), mine.buffers()):
+                torch.testing.assert_close(c, b, **tol)
+    return mine
+
+
+@gpu
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_kept_captures_replay_and_match_eager(monkeypatch, set_to_none, norm):
+    monkeypatch.setattr(training_graphs, "KEEP_IF_BELOW", float("inf"))
+    _fresh()
+    _train(_mlp(norm=norm), 14, set_to_none)
+    ((names, state, reason),) = _choices()
+    assert state == "kept" and "replayed" in reason, _choices()
+    replayers = [fn.replayer for fn in _fns() if isinstance(fn.replayer, MeasuredReplayer)]
+    assert len(replayers) == 2
+    assert all(r.pooled.replays >= 3 for r in replayers), [dict(r.pooled.events)
+                                                             for r in replayers]
+
+
+@gpu
+def test_released_captures_run_ordinarily_and_the_backward_frees_its_inputs(monkeypatch):
+    monkeypatch.setattr(training_graphs, "KEEP_IF_BELOW", 0.0)
+    _fresh()
+    _train(_mlp(), 14)
+    ((names, state, reason),) = _choices()
+    assert state == "released" and "ordinary calls are as fast" in reason, _choices()
+    fns = _fns()
+    assert fns and all(fn.replayer is None for fn in fns)
+    (bw,) = [fn for fn in fns if fn.consume_wanted]
+    assert bw.consume  # the backward frees each saved value after its last reader again
+    from coil.reduce_overhead import pool_bytes
+
+    assert pool_bytes() == 0  # the captures and their pool are let go
+
+
+@gpu
+def test_the_measured_choice_matches_eager_with_dropout():
+    """Whatever the measurement decides: dropout's masks stay fresh and the backward uses the
+    forward's mask (a replay repeats no seed)."""
+    _fresh()
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 256).cuda()
+
+    def f(x):
+        return F.dropout(lin(x), 0.5, training=True)
+
+    compiled = torch.compile(f, backend="coil", options=ON)
+    x = torch.randn(32, 64, device="cuda")
+    masks = []
+    for _ in range(16):
+        lin.zero_grad(set_to_none=True)
+        y = compiled(x)
+        y.sum().backward()
+        kept = (y != 0).float()
+        # d(sum(dropout(xW^T + b)))/db = mask * 2 (p = 0.5), summed over rows.
+        torch.testing.assert_close(lin.bias.grad, (kept * 2).sum(0))
+        masks.append(kept)
+    assert len({m.sum().item() for m in masks}) > 1  # fresh masks each call
+    ((names, state, reason),) = _choices()
+    assert state in ("kept", "released") and reason, _choices()
+
+
+@gpu
+def test_a_forward_without_its_backward_gives_the_captures_up():
+    _fresh()
+    model = _mlp()
+    compiled = torch.compile(model, backend="coil", options=ON)
+    x = torch.randn(16, 64, device="cuda")
+    for _ in range(training_graphs.WARMUP_CALLS + training_graphs.MAX_UNTIMED + 2):
+        y = compiled(x)  # requires grad, never differentiated
+        torch.testing.assert_close(y, model(x), rtol=2e-4, atol=2e-4)
+    compiled(x).sum().backward()
+    ((names, state, reason),) = _choices()
+    assert state == "released" and "too few timed" in reason, _choices()
+
+
+def test_the_option_and_no_replayer_on_the_cpu():
+    assert build_options({"cuda_graphs_training": False}).cuda_graphs_training is False
+    assert build_options({}).cuda_graphs_training is False
+    _fresh()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    compiled = torch.compile(model, backend="coil", options=ON)
+    for _ in range(3):
+        compiled(torch.randn(4, 8)).sum().backward()
+    fns = _fns()
+    assert fns and all(fn.replayer is None for fn in fns)
