@@ -153,7 +153,7 @@ class MeasuredReplayer:
         if state == "kept":
             return self.pooled(inputs, extra)
         ordinary = state in ("ordinary", "released")
-        if state == "released" or torch.cuda.is_current_stream_capturing():
+        if state == "released" or _capturing():
             return self.pooled.run(list(inputs))
         self.calls += 1
         if ordinary and self.calls <= WARMUP_CALLS:
@@ -168,6 +168,12 @@ class MeasuredReplayer:
                 seconds = None  # an ordinary call or a capture (which replays once too)
         self.choice.record(self.kind, seconds)
         return outs
+
+
+def _capturing() -> bool:
+    """Inside the caller's own capture (torch.cuda.graph around the compiled model): the
+    ordinary call is what gets captured; a synchronize or a replay would break it."""
+    return torch.cuda.is_current_stream_capturing()
 
 
 def _timed(call: Callable[[], list]) -> tuple[float, list]:

@@ -8,6 +8,7 @@ get no replayer."""
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import pytest
@@ -164,3 +165,73 @@ def test_the_option_and_no_replayer_on_the_cpu():
         compiled(torch.randn(4, 8)).sum().backward()
     fns = _fns()
     assert fns and all(fn.replayer is None for fn in fns)
+
+
+class _FakePooled:
+    """A PooledReplayer's interface without CUDA: its first call of a key runs ordinarily, the
+    second captures (and replays once), later ones replay."""
+
+    def __init__(self, kind):
+        self.kind = self.name = kind
+        self.replays = self.num_captures = self.calls = 0
+        self.events = collections.Counter()
+        self.released = ""
+        self.last = False
+
+    def run(self, inputs):
+        return ["ordinary"]
+
+    def __call__(self, inputs, extra=()):
+        self.calls += 1
+        if self.calls == 1:
+            self.events["first call of a key"] += 1
+            return ["ordinary"]
+        self.replays += 1
+        if self.calls == 2:
+            self.num_captures += 1
+            return ["capture"]
+        return ["replay"]
+
+    def release(self, reason):
+        self.released = reason
+
+
+@pytest.mark.parametrize("replay_cost", [0.5, 0.99])
+def test_the_choice_times_both_phases_then_keeps_or_releases(monkeypatch, replay_cost):
+    """The state machine on the CPU, with a fake clock: ordinary calls cost 1, a capture 5, a
+    replay `replay_cost`."""
+    cost = {"ordinary": 1.0, "capture": 5.0, "replay": replay_cost}
+    monkeypatch.setattr(training_graphs, "_timed",
+                        lambda call: (lambda out: (cost[out[0]], out))(call()))
+    monkeypatch.setattr(training_graphs, "_capturing", lambda: False)
+    choice = training_graphs.StepChoice()
+    fw = MeasuredReplayer(_FakePooled("forward"), choice)
+    bw = MeasuredReplayer(_FakePooled("backward"), choice)
+    warm, timed = training_graphs.WARMUP_CALLS, training_graphs.TIMED_CALLS
+    for _ in range(warm + timed):
+        assert fw([]) == ["ordinary"] and bw([]) == ["ordinary"]
+    assert choice.state == "replay" and choice.ordinary == {"forward": [1.0] * timed,
+                                                            "backward": [1.0] * timed}
+    outs = [(fw([]), bw([])) for _ in range(2 + timed)]
+    assert outs[0] == (["ordinary"], ["ordinary"]) and outs[1] == (["capture"], ["capture"])
+    # Only replays are timed: the first call of a key and the capture are not.
+    assert choice.untimed == {"forward": 2, "backward": 2}
+    if replay_cost < training_graphs.KEEP_IF_BELOW:
+        assert choice.state == "kept" and "2000.000 ms ordinarily, 1000.000 ms replayed" in choice.reason
+        assert fw([]) == ["replay"] and not fw.pooled.released
+    else:
+        assert choice.state == "released" and "ordinary calls are as fast" in choice.reason
+        assert fw.pooled.released == bw.pooled.released == choice.reason
+        assert fw.released and fw([]) == ["ordinary"] and bw([]) == ["ordinary"]
+
+
+def test_the_choice_gives_up_without_the_timings_it_needs(monkeypatch):
+    monkeypatch.setattr(training_graphs, "_timed", lambda call: (1.0, call()))
+    monkeypatch.setattr(training_graphs, "_capturing", lambda: False)
+    choice = training_graphs.StepChoice()
+    fw = MeasuredReplayer(_FakePooled("forward"), choice)
+    MeasuredReplayer(_FakePooled("backward"), choice)
+    for _ in range(training_graphs.WARMUP_CALLS + training_graphs.MAX_UNTIMED):
+        fw([])  # a forward whose backward never runs
+    assert choice.state == "released" and "too few timed ordinary calls of the backward" in (
+        choice.reason)
