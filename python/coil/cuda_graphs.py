@@ -27,7 +27,9 @@ What keeps a replay equal to an ordinary call:
     ops (their seed and offset are per-call arguments a replay would repeat) and no
     host-synchronizing fallback (a capture that fails turns the graph off for good, with the
     reason logged).
-Training graphs are not captured: their many saved activations would all be copied out.
+Training graphs are not captured here (their many saved activations would all be copied out):
+with option cuda_graphs_training, training_graphs.py captures a model's forward and backward in
+one pool, as mode="reduce-overhead" does, and keeps them where that measured faster.
 """
 
 from __future__ import annotations
