@@ -27,13 +27,20 @@ grep -E "passed|failed" "$out/tests.log" | tail -2
 grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
 # Kernel comparisons: "model mode coil_b-options top" per line (coil_b: coil with those options).
 ab=${GPU_CHECK_AB:-"tv_resnet50 train cuda_graphs_training=1 15
-hf_gpt2 train_bf16 split_to_row_readers=0 20
-hf_distilbert train split_to_row_readers=0 15"}
+hf_gpt2 train_bf16 split_to_row_readers=0 20"}
 while read -r model mode opts top; do
   [[ -z "$model" ]] && continue
-  timeout 150 python3 bench/dashboard_kernels.py "$model" --mode "$mode" \
+  timeout 140 python3 bench/dashboard_kernels.py "$model" --mode "$mode" \
     --variants inductor,coil,coil_b --coil-b-options "$opts" --top "$top" \
     >"$out/${model}_${mode}.log" 2>&1
   echo "== $model $mode, coil_b: $opts ($(elapsed))"
   tail -30 "$out/${model}_${mode}.log"
 done <<<"$ab"
+# Then, while the call has time left: which ATen ops launch the copy kernels of a GPT-2 training
+# step (coil's extern calls copy operands they cannot take as laid out).
+if (( $(date +%s) - t0 < ${GPU_CHECK_EXTRA_BEFORE:-420} )); then
+  timeout 120 python3 bench/gpu_profile.py --cases gpt2_train --compilers inductor,coil \
+    --origins copy --top 12 >"$out/gpt2_train_copies.log" 2>&1
+  echo "== gpt2_train copy kernels by launching op ($(elapsed))"
+  grep -E "===|by kind|kernels matching|<-" "$out/gpt2_train_copies.log" | head -40
+fi
