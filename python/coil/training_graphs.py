@@ -152,10 +152,10 @@ class MeasuredReplayer:
         state = self.choice.state
         if state == "kept":
             return self.pooled(inputs, extra)
-        ordinary = state in ("ordinary", "released")
         if state == "released" or _capturing():
             return self.pooled.run(list(inputs))
         self.calls += 1
+        ordinary = state == "ordinary"
         if ordinary and self.calls <= WARMUP_CALLS:
             return self.pooled.run(list(inputs))
         if ordinary:
