@@ -20,6 +20,7 @@ pytest.importorskip("coil._coil", reason="the C++ extension coil._coil is not bu
 from coil import backend, training_graphs  # noqa: E402
 from coil.options import build_options  # noqa: E402
 from coil.training_graphs import MeasuredReplayer  # noqa: E402
+from test_reduce_overhead import check_dropout_steps  # noqa: E402  (tests/python is on sys.path)
 
 
 
@@ -125,17 +126,7 @@ def test_the_measured_choice_matches_eager_with_dropout():
         return F.dropout(lin(x), 0.5, training=True)
 
     compiled = torch.compile(f, backend="coil", options=ON)
-    x = torch.randn(32, 64, device="cuda")
-    masks = []
-    for _ in range(16):
-        lin.zero_grad(set_to_none=True)
-        y = compiled(x)
-        y.sum().backward()
-        kept = (y != 0).float()
-        # d(sum(dropout(xW^T + b)))/db = mask * 2 (p = 0.5), summed over rows.
-        torch.testing.assert_close(lin.bias.grad, (kept * 2).sum(0))
-        masks.append(kept)
-    assert len({m.sum().item() for m in masks}) > 1  # fresh masks each call
+    check_dropout_steps(compiled, lin, 0.5, 16)
     ((names, state, reason),) = _choices()
     assert state in ("kept", "released") and reason, _choices()
 

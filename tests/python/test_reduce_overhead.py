@@ -244,21 +244,12 @@ def test_two_forwards_before_one_backward():
     assert fw.num_captures >= 2 and fw.replays >= 4, _states()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_dropout_draws_fresh_masks_in_replays_and_backward_uses_the_same_mask():
-    _fresh()
-    torch.manual_seed(0)
-    lin = nn.Linear(64, 256).cuda()
-    p = 0.5
-
-    def f(x):
-        return F.dropout(lin(x), p, training=True)
-
-    compiled = torch.compile(f, backend="coil", mode="reduce-overhead")
+def check_dropout_steps(compiled, lin: nn.Linear, p: float, steps: int) -> None:
+    """`compiled` is dropout(lin(x), p): over `steps` calls with one input, each draws a fresh
+    mask, and the backward (the bias gradient) uses the forward's."""
     x = torch.randn(32, 64, device="cuda")
     masks = []
-    for _ in range(8):
+    for _ in range(steps):
         lin.zero_grad(set_to_none=True)
         y = compiled(x)
         y.sum().backward()
@@ -272,6 +263,21 @@ def test_dropout_draws_fresh_masks_in_replays_and_backward_uses_the_same_mask():
         assert 0.4 < kept.float().mean().item() < 0.6
     for a, b in zip(masks, masks[1:]):
         assert not torch.equal(a, b)  # fresh numbers in every call, replays included
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_dropout_draws_fresh_masks_in_replays_and_backward_uses_the_same_mask():
+    _fresh()
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 256).cuda()
+    p = 0.5
+
+    def f(x):
+        return F.dropout(lin(x), p, training=True)
+
+    compiled = torch.compile(f, backend="coil", mode="reduce-overhead")
+    check_dropout_steps(compiled, lin, p, 8)
     rs = _replayers()
     assert rs and all(not r.disabled and r.replays >= 4 for r in rs), _states()
     assert any(r.random for r in rs)
