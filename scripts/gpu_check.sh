@@ -6,7 +6,7 @@
 #
 #   bash scripts/gpu_check.sh            # about 8 minutes on an H100
 #   GPU_CHECK_TESTS="tests/python/test_x.py" GPU_CHECK_AB="hf_gpt2 train opt=0 20" \
-#     bash scripts/gpu_check.sh
+#     GPU_CHECK_DASH="tv_resnet50,hf_gpt2 train 3" COIL_REVISION=abc123 bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -43,4 +43,15 @@ if (( $(date +%s) - t0 < ${GPU_CHECK_EXTRA_BEFORE:-420} )); then
     --origins copy --top 12 >"$out/gpt2_train_copies.log" 2>&1
   echo "== gpt2_train copy kernels by launching op ($(elapsed))"
   grep -E "===|by kind|kernels matching|<-" "$out/gpt2_train_copies.log" | head -40
+fi
+# Then dashboard rows while time is left (GPU_CHECK_DASH="models mode [budget]", e.g.
+# "tv_resnet50,hf_gpt2 train 3"): rows to $out/dashboard_gpu.jsonl, to append to
+# bench/results/dashboard_gpu*.jsonl here (the card is in each row).
+if [[ -n "${GPU_CHECK_DASH:-}" ]] && (( $(date +%s) - t0 < ${GPU_CHECK_DASH_BEFORE:-360} )); then
+  read -r dmodels dmode dbudget <<<"$GPU_CHECK_DASH"
+  PYTHONUNBUFFERED=1 python3 bench/dashboard.py --device cuda --models "$dmodels" \
+    --mode "${dmode:-train}" --budget "${dbudget:-3}" --out "$out/dashboard_gpu.jsonl" \
+    >"$out/dashboard.log" 2>&1
+  echo "== dashboard $dmodels $dmode: exit $? ($(elapsed))"
+  grep -E "coil/Ind" "$out/dashboard.log"
 fi
