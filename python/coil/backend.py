@@ -577,7 +577,8 @@ def mode_options(mode: str | None) -> dict[str, Any]:
         cuBLASLt and a few template tile shapes, and keeps the template only where it is
         faster; docs/cuda-backend.md, "Matrix-product templates"), racing the cuBLASLt
         algorithm measured as in every mode (option cuda_gemm_measure, set here too).
-      max-autotune-no-cudagraphs: the default mode with those products.
+      max-autotune-no-cudagraphs: the default mode with those products, and no CUDA graph
+        at all (option cuda_graphs off: not even the default mode's measured ones).
     Both max-autotune modes also time cuDNN's first few engines for each convolution on its
     first call and keep the fastest (option cuda_conv_measure; the other modes take the
     heuristics' first, as PyTorch does without torch.backends.cudnn.benchmark), and measure, on the CPU, coil's library kernel against ATen's for
@@ -591,6 +592,8 @@ def mode_options(mode: str | None) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     if mode in ("reduce-overhead", "max-autotune"):
         opts["reduce_overhead"] = True
+    if mode == "max-autotune-no-cudagraphs":
+        opts["cuda_graphs"] = False
     if mode.startswith("max-autotune"):
         opts["cuda_gemm_templates"] = True
         opts["cuda_gemm_measure"] = True

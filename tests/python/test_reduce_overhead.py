@@ -26,7 +26,8 @@ def test_modes_stand_for_options():
     autotune = {"cuda_gemm_templates": True, "cuda_gemm_measure": True, "cuda_conv_measure": True,
                 "extern_provider": "measured"}
     assert backend.mode_options("max-autotune") == {"reduce_overhead": True, **autotune}
-    assert backend.mode_options("max-autotune-no-cudagraphs") == autotune
+    assert backend.mode_options("max-autotune-no-cudagraphs") == {"cuda_graphs": False,
+                                                                   **autotune}
     with pytest.raises(ValueError, match="unknown torch.compile mode 'fast'"):
         backend.mode_options("fast")
     assert build_options({}).reduce_overhead is False
