@@ -284,10 +284,15 @@ def capture_traffic() -> list[tuple[str, list[str]]]:
     return out
 
 
-def pool_bytes() -> int:
-    """Bytes the CUDA caching allocator reserves for the pools of live replayers: the memory of
-    replayed steps, which allocate nothing while they run (bench/dashboard.py's peak)."""
-    ids = {r.pool._handle for r in list(_REPLAYERS) if r.pool._handle is not None and r.captures}
+def pool_bytes(pool: CapturePool | None = None) -> int:
+    """Bytes the CUDA caching allocator reserves for the pools of live replayers with captures
+    (or for `pool` alone): the memory of replayed steps, which allocate nothing while they run
+    (bench/dashboard.py's peak, training_graphs.py's report)."""
+    if pool is not None:
+        ids = {pool._handle} if pool._handle is not None else set()
+    else:
+        ids = {r.pool._handle for r in list(_REPLAYERS)
+               if r.pool._handle is not None and r.captures}
     if not ids:
         return 0
     return sum(seg["total_size"] for seg in torch.cuda.memory_snapshot()

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .reduce_overhead import PooledReplayer
+from .reduce_overhead import PooledReplayer, pool_bytes
 
 log = logging.getLogger("coil")
 
@@ -70,6 +70,9 @@ class StepChoice:
         self.replayed: dict[str, list[float]] = {k: [] for k in _KINDS}
         self.untimed: dict[str, int] = {k: 0 for k in _KINDS}
         self.reason = ""  # why the captures were kept or released
+        # The most an ordinary forward left allocated for its backward (saved values and
+        # outputs), against which the report sets the pool's size.
+        self.held = 0
         self.members: list[MeasuredReplayer] = []
         _CHOICES.add(self)
 
@@ -107,8 +110,10 @@ class StepChoice:
 
     def _decide(self) -> None:
         run_s, replay_s = self.timings()
+        pool = _pool_bytes(self.members[0].pooled.pool) if self.members else 0
         detail = (f"forward + backward {run_s * 1e3:.3f} ms ordinarily, "
-                  f"{replay_s * 1e3:.3f} ms replayed")
+                  f"{replay_s * 1e3:.3f} ms replayed; the pool holds {pool / 2**20:.0f} MiB, "
+                  f"an ordinary forward left {self.held / 2**20:.0f} MiB for its backward")
         if replay_s < run_s * KEEP_IF_BELOW:
             self.state, self.reason = "kept", detail
             log.info("coil: training graphs replay CUDA graphs: %s", detail)
@@ -159,7 +164,11 @@ class MeasuredReplayer:
         if ordinary and self.calls <= WARMUP_CALLS:
             return self.pooled.run(list(inputs))
         if ordinary:
+            forward = self.kind == "forward"
+            before = _allocated() if forward else 0
             seconds, outs = _timed(lambda: self.pooled.run(list(inputs)))
+            if forward:
+                self.choice.held = max(self.choice.held, _allocated() - before)
         else:
             before = (self.pooled.replays, self.pooled.num_captures)
             seconds, outs = _timed(lambda: self.pooled(inputs, extra))
@@ -168,6 +177,15 @@ class MeasuredReplayer:
                 seconds = None  # an ordinary call or a capture (which replays once too)
         self.choice.record(self.kind, seconds)
         return outs
+
+
+def _allocated() -> int:
+    return torch.cuda.memory_allocated()
+
+
+def _pool_bytes(pool) -> int:
+    """What the pool reserves: the memory a replayed step needs, reported beside `held`."""
+    return pool_bytes(pool)
 
 
 def _capturing() -> bool:

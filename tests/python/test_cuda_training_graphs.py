@@ -161,6 +161,13 @@ def test_the_option_and_no_replayer_on_the_cpu():
     assert fns and all(fn.replayer is None for fn in fns)
 
 
+def _no_memory(monkeypatch):
+    """The CPU has no CUDA allocator: the fake forward leaves 3 MiB, the fake pool holds 5."""
+    calls = iter(range(10**6))
+    monkeypatch.setattr(training_graphs, "_allocated", lambda: next(calls) % 2 * 3 * 2**20)
+    monkeypatch.setattr(training_graphs, "_pool_bytes", lambda pool: 5 * 2**20)
+
+
 class _FakePooled:
     """A PooledReplayer's interface without CUDA: its first call of a key runs ordinarily, the
     second captures (and replays once), later ones replay."""
@@ -171,6 +178,7 @@ class _FakePooled:
         self.events = collections.Counter()
         self.released = ""
         self.last = False
+        self.pool = None
 
     def run(self, inputs):
         return ["ordinary"]
@@ -198,6 +206,7 @@ def test_the_choice_times_both_phases_then_keeps_or_releases(monkeypatch, replay
     monkeypatch.setattr(training_graphs, "_timed",
                         lambda call: (lambda out: (cost[out[0]], out))(call()))
     monkeypatch.setattr(training_graphs, "_capturing", lambda: False)
+    _no_memory(monkeypatch)
     choice = training_graphs.StepChoice()
     fw = MeasuredReplayer(_FakePooled("forward"), choice)
     bw = MeasuredReplayer(_FakePooled("backward"), choice)
@@ -211,7 +220,9 @@ def test_the_choice_times_both_phases_then_keeps_or_releases(monkeypatch, replay
     # Only replays are timed: the first call of a key and the capture are not.
     assert choice.untimed == {"forward": 2, "backward": 2}
     if replay_cost < training_graphs.KEEP_IF_BELOW:
-        assert choice.state == "kept" and "2000.000 ms ordinarily, 1000.000 ms replayed" in choice.reason
+        assert choice.state == "kept" and choice.reason == (
+            "forward + backward 2000.000 ms ordinarily, 1000.000 ms replayed; the pool holds "
+            "5 MiB, an ordinary forward left 3 MiB for its backward")
         assert fw([]) == ["replay"] and not fw.pooled.released
     else:
         assert choice.state == "released" and "ordinary calls are as fast" in choice.reason
@@ -222,6 +233,7 @@ def test_the_choice_times_both_phases_then_keeps_or_releases(monkeypatch, replay
 def test_the_choice_gives_up_without_the_timings_it_needs(monkeypatch):
     monkeypatch.setattr(training_graphs, "_timed", lambda call: (1.0, call()))
     monkeypatch.setattr(training_graphs, "_capturing", lambda: False)
+    _no_memory(monkeypatch)
     choice = training_graphs.StepChoice()
     fw = MeasuredReplayer(_FakePooled("forward"), choice)
     MeasuredReplayer(_FakePooled("backward"), choice)
