@@ -25,8 +25,9 @@ Per row, measured in the child (docs/benchmarks.md says how to read it):
   compile    cold: the first call with empty kernel caches (coil's and Inductor's); warm: the
              first call after torch._dynamo.reset() with the caches filled
   peak MB    CUDA: max_memory_allocated over one step minus what was allocated before, or
-             the memory the pools of coil's training CUDA graphs reserve where that is larger
-             (not Inductor's: its reduce-overhead rows undercount);
+             the memory the pools of coil's pooled CUDA graphs (mode reduce-overhead, option
+             cuda_graphs_training) reserve where that is larger (not Inductor's: its
+             reduce-overhead rows undercount);
              CPU: the process's peak resident memory over one step above the resident memory
              before it (VmHWM - VmRSS)
 Inference runs in float32 on the CPU and in bfloat16 on the GPU; training in float32 (GPU: TF32

@@ -458,9 +458,8 @@ def compile_aten_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], option
         dump.note("CUDA graph: captured and replayed (mode reduce-overhead)")
     elif (on_cuda and kind in ("forward", "backward") and options.cuda_graphs
           and options.cuda_graphs_training and pool is not None):
-        blocker = "symbolic sizes" if exported.binder else ""
-        if blocker:
-            dump.note(f"no CUDA graph: {blocker}")
+        if exported.binder:
+            dump.note("no CUDA graph: symbolic sizes")
         else:
             if kind == "forward":
                 saved_inputs = _saved_inputs(exported, user_outputs_of(kind))

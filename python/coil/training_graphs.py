@@ -110,7 +110,7 @@ class StepChoice:
 
     def _decide(self) -> None:
         run_s, replay_s = self.timings()
-        pool = _pool_bytes(self.members[0].pooled.pool) if self.members else 0
+        pool = _pool_bytes(self.members[0].pooled.pool)  # one pool: the model's
         detail = (f"forward + backward {run_s * 1e3:.3f} ms ordinarily, "
                   f"{replay_s * 1e3:.3f} ms replayed; the pool holds {pool / 2**20:.0f} MiB, "
                   f"an ordinary forward left {self.held / 2**20:.0f} MiB for its backward")
