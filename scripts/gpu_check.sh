@@ -15,6 +15,11 @@ exec > >(tee -a "$out/gpu_check.txt") 2>&1
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# Carried wheels (.whl/, e.g. timm for the dashboard's timm models), as scripts/gpu_dash.sh does.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 ./scripts/gpu_run.sh --build-only >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "== built ($(elapsed))"
 tests=${GPU_CHECK_TESTS:-"tests/python/test_cuda_training_graphs.py \
