@@ -52,8 +52,10 @@ InstrId scalar_instr(BodyBuilder& b, const Scalar& s, DType t) {
 TensorValue filled(LoweringContext& lc, const Node& n, Scalar v) {
   const TensorMeta& m = n.output()->meta();
   DType ct = dtype_compute(m.dtype);
-  Loader load = [v, ct](BodyBuilder& b, const std::vector<sym::Expr>&) {
-    return scalar_instr(b, v, ct);
+  // The value in the tensor's own dtype first: scalar_tensor(0.3, dtype=bf16) read by an
+  // inlined reader is bf16(0.3), as eager stores it (fuzz seed 8081: masked_fill's scalar).
+  Loader load = [v, dtype = m.dtype, ct](BodyBuilder& b, const std::vector<sym::Expr>&) {
+    return b.cast(scalar_instr(b, v, dtype), ct);
   };
   return lc.pointwise(m.dtype, m.sizes, std::move(load), 1, 0);
 }

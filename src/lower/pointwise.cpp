@@ -269,24 +269,30 @@ void binary(LoweringRegistry& r, const std::vector<std::string>& ops, InstrKind 
 }
 
 // Comparisons: promote, compare, bool result.
+// PyTorch computes an op of a bf16/f16 tensor in that common dtype: an operand of another
+// dtype (a Python scalar, an f32 0-d tensor) is rounded to it first. coil computes in f32, and
+// rounds such operands the same way: x >= 0.0708 holds where x == bf16(0.0708) (fuzz seed
+// 492), and clamp(x, max=0.3) or masked_fill(x, m, 0.3) inlined into a reader is the bf16
+// value eager stores (seed 8081: a comparison with a stored copy of the value flipped).
+bool rounds_to_common(const Operand& o, DType common, DType ct) {
+  return common != ct && o.dtype() != common;
+}
+InstrId in_common(BodyBuilder& b, InstrId x, bool round, DType common, DType ct) {
+  return round ? b.cast(b.cast(x, common), ct) : x;
+}
+
 void compare(LoweringRegistry& r, const std::string& name, InstrKind k) {
   for (const char* ov : {".Tensor", ".Scalar"}) {
     r.add("aten." + name + ov, [k](LoweringContext& lc, const Node& n) {
       Operand a = arg_operand(lc, n, 0, "self"), b = arg_operand(lc, n, 1, "other");
       DType common = result_type({&a, &b});
       DType ct = dtype_compute(common);
-      // PyTorch compares in the common dtype: with a bf16/f16 tensor, a scalar (or 0-d f32
-      // tensor) is rounded to bf16/f16 first, so x >= 0.0708 holds where x == bf16(0.0708)
-      // (fuzz seed 492). Computing in f32 must round such operands the same way.
-      bool round_a = common != ct && a.dtype() != common;
-      bool round_b = common != ct && b.dtype() != common;
+      bool round_a = rounds_to_common(a, common, ct), round_b = rounds_to_common(b, common, ct);
       return std::vector<TensorValue>{make_pointwise(
           lc, {a, b}, ct, DType::Bool,
           [k, common, ct, round_a, round_b](BodyBuilder& bb, const std::vector<InstrId>& v) {
-            auto in = [&](InstrId x, bool round) {
-              return round ? bb.cast(bb.cast(x, common), ct) : x;
-            };
-            return bb.op(k, DType::Bool, in(v[0], round_a), in(v[1], round_b));
+            return bb.op(k, DType::Bool, in_common(bb, v[0], round_a, common, ct),
+                         in_common(bb, v[1], round_b, common, ct));
           })};
     });
   }
@@ -356,11 +362,14 @@ TensorValue where_value(LoweringContext& lc, Operand cond, Operand a, Operand b,
                         std::optional<DType> force = std::nullopt) {
   DType common = force ? *force : result_type({&a, &b});
   DType ct = dtype_compute(common);
-  return make_pointwise(lc, {cond, a, b}, ct, common,
-                        [ct](BodyBuilder& bb, const std::vector<InstrId>& v) {
-                          InstrId c = bb.cast(v[0], DType::Bool);
-                          return bb.op(InstrKind::Where, ct, c, v[1], v[2]);
-                        });
+  bool round_a = rounds_to_common(a, common, ct), round_b = rounds_to_common(b, common, ct);
+  return make_pointwise(
+      lc, {cond, a, b}, ct, common,
+      [ct, common, round_a, round_b](BodyBuilder& bb, const std::vector<InstrId>& v) {
+        InstrId c = bb.cast(v[0], DType::Bool);
+        return bb.op(InstrKind::Where, ct, c, in_common(bb, v[1], round_a, common, ct),
+                     in_common(bb, v[2], round_b, common, ct));
+      });
 }
 
 // Loads tensor operands in their own dtypes (for conditions), scalars as `ct`.
@@ -676,13 +685,17 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
       for (const Operand& o : ops) ptrs.push_back(&o);
       DType common = result_type(ptrs);
       DType ct = dtype_compute(common);
-      return one(make_pointwise(lc, ops, ct, common, [lo, hi, ct](BodyBuilder& b, auto& v) {
-        InstrId x = v[0];
-        size_t k = 1;
-        if (lo) x = b.op(InstrKind::Maximum, ct, x, v[k++]);
-        if (hi) x = b.op(InstrKind::Minimum, ct, x, v[k++]);
-        return x;
-      }));
+      std::vector<bool> round;  // per operand: rounded to the common dtype (rounds_to_common)
+      for (const Operand& o : ops) round.push_back(rounds_to_common(o, common, ct));
+      return one(
+          make_pointwise(lc, ops, ct, common, [lo, hi, ct, common, round](BodyBuilder& b, auto& v) {
+            auto in = [&](size_t k) { return in_common(b, v[k], round[k], common, ct); };
+            InstrId x = in(0);
+            size_t k = 1;
+            if (lo) x = b.op(InstrKind::Maximum, ct, x, in(k++));
+            if (hi) x = b.op(InstrKind::Minimum, ct, x, in(k++));
+            return x;
+          }));
     };
   };
   r.add("aten.clamp.default", clamp_fn(true, true));

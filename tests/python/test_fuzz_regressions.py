@@ -461,3 +461,23 @@ def test_scalar_first_remainder_and_bitwise(real_coil, dynamic):
     check(lambda a: (torch.bitwise_and(6, a), torch.bitwise_or(3, a), torch.bitwise_xor(5, a)),
           xi, dynamic=dynamic)
     check(lambda a: (torch.remainder(2.5, a),), x.to(torch.bfloat16), dynamic=dynamic)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_scalar_operands_round_when_inlined(real_coil, dtype):
+    # Seed 8081: flip(clamp(x, max=0.3)) > clamp(x, max=0.3) is False everywhere in eager (both
+    # hold bf16(0.3)), but coil compared the stored, rounded copy with the clamp inlined in f32
+    # at the unrounded 0.3. Scalars meet a bf16/f16 tensor rounded to its dtype: clamp's bounds,
+    # masked_fill's value (a scalar_tensor), where's scalar operands.
+    x = torch.tensor([0.5, 0.7, 0.9, 0.4], dtype=dtype)
+    m = torch.ones(4, dtype=torch.bool)
+
+    def same(v):  # a stored copy of v against v inlined: equal in eager
+        return v.flip(0), v.flip(0) != v
+
+    check(lambda x: same(x.clamp(max=0.3)), x)
+    check(lambda x: same(x.clamp(min=torch.tensor(2.3))), x)  # an f32 0-d bound
+    check(lambda x: same(torch.clamp_min(-x, -0.3)), x)
+    check(lambda x, m: same(x.masked_fill(m, 0.3)), x, m)
+    check(lambda x, m: same(torch.where(m, 0.3, x)), x, m)
+    check(lambda x: same(torch.full_like(x, 0.3)), x)
