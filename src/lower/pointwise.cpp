@@ -871,6 +871,11 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
     return copy_of_self(lc, n);
   });
   r.add("aten.lift_fresh_copy.default", copy_of_self);
+  // A copy laid out by the node's output strides (the meta's): a copy like clone's.
+  r.add("prims.copy_strided.default", [](LoweringContext& lc, const Node& n) {
+    const TensorValue& x = lc.arg_value(n, 0, "a");
+    return one(converted(lc, x, x.dtype));
+  });
   r.add("aten.alias.default",
         [](LoweringContext& lc, const Node& n) { return one(lc.arg_value(n, 0, "self")); });
   r.add("aten.copy.default", [](LoweringContext& lc, const Node& n) {

@@ -149,6 +149,17 @@ std::vector<TensorMeta> clone_meta(sym::Context& ctx, const OpCall& c) {
   return {like(ctx, in, in.dtype, in.device)};
 }
 
+// prims.copy_strided.default(a, stride): a copy of `a` with exactly the given strides (PyTorch's
+// decompositions end with it to give a result eager's layout, lerp's among them).
+std::vector<TensorMeta> copy_strided_meta(sym::Context& ctx, const OpCall& c) {
+  const TensorMeta& in = tensor_arg(c, 0, "a");
+  TensorMeta m = like(ctx, in, in.dtype, in.device);
+  std::vector<sym::Expr> strides = size_list_arg(ctx, c, 1, "stride");
+  COIL_USER_CHECK(strides.size() == m.sizes.size()) << c.op << ": a stride per dim is needed";
+  m.strides = std::move(strides);
+  return {std::move(m)};
+}
+
 // aten.threshold.default(self, threshold, value): TensorIterator over self alone (the scalars
 // are not operands), so the result keeps self's dtype: threshold(i32, 1.5, 2.5) is i32.
 std::vector<TensorMeta> threshold_meta(sym::Context& ctx, const OpCall& c) {
@@ -263,6 +274,7 @@ void register_pointwise_ops(OpRegistry& r) {
   add("prims.convert_element_type.default", convert_element_type_meta);
   add("aten._to_copy.default", to_copy_meta);
   add("aten.clone.default", clone_meta);
+  add("prims.copy_strided.default", copy_strided_meta);
   // Shifts, clamp to a tensor bound, floor_divide, hypot: result_type of both operands
   // (__lshift__.Scalar's Python number only counts through its category).
   for (const char* op :

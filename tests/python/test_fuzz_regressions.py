@@ -481,3 +481,17 @@ def test_low_precision_scalar_operands_round_when_inlined(real_coil, dtype):
     check(lambda x, m: same(x.masked_fill(m, 0.3)), x, m)
     check(lambda x, m: same(torch.where(m, 0.3, x)), x, m)
     check(lambda x: same(torch.full_like(x, 0.3)), x)
+
+
+def test_lerp_result_in_eager_layout_is_a_strided_copy(real_coil):
+    # Seeds 8004, 8496, 8959, 9093, 9556: PyTorch's lerp decomposition ends with
+    # prims.copy_strided (its result in eager's layout), which had no lowering: strict mode
+    # refused the graph (it ran eagerly).
+    x0 = torch.randn(24, 4)[::2]  # strided
+    x1 = torch.randn(3, 4, 2, 4).permute(2, 1, 0, 3)  # another layout than the result's
+
+    def fn(a, b):
+        v = torch.nn.functional.gelu(a.expand(2, 12, 4)).view(2, 4, 3, 4)
+        return v, torch.lerp(v, b, 0.3), torch.lerp(b, v, torch.full_like(b, 0.7))
+
+    check(fn, x0, x1)
