@@ -140,12 +140,43 @@ def _float_only(decomp):
     return fn
 
 
+def _diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    # input with its diagonal (offset, dim1, dim2) replaced by src, functionally: a mask of the
+    # diagonal's positions, src (its last dim the diagonal's) moved onto them. PyTorch's
+    # reference writes into a view of a strided clone (prims.copy_strided, copy_). Found by the
+    # fuzzer (seeds 8169, 8599, 9274, 9287, 9807: diagonal's backward, diagonal_scatter).
+    nd = input.dim()
+    d1, d2 = dim1 % nd, dim2 % nd
+    if d1 == d2:
+        return NotImplemented
+    n1, n2 = input.shape[d1], input.shape[d2]
+
+    def along(n, d):  # arange(n) viewed along dim d of input
+        shape = [1] * nd
+        shape[d] = n
+        return aten.view.default(aten.arange.default(n, device=input.device), shape)
+
+    mask = aten.eq.Scalar(aten.sub.Tensor(along(n2, d2), along(n1, d1)), offset)
+    # src[..., k] sits at i = k along d1 (offset >= 0) or at j = k along d2 (offset < 0).
+    k_dim, other = (d1, d2) if offset >= 0 else (d2, d1)
+    n_k = input.shape[k_dim]
+    s = src
+    if s.shape[-1] != n_k:  # a diagonal shorter than its dim: the rest is masked out
+        s = aten.constant_pad_nd.default(s, [0, n_k - s.shape[-1]])
+    s = aten.unsqueeze.default(s, -1)  # [rest..., diagonal, other]
+    rest = iter(range(nd - 2))
+    order = [nd - 2 if p == k_dim else nd - 1 if p == other else next(rest) for p in range(nd)]
+    s = aten.permute.default(s, order)
+    return aten.where.self(mask, aten._to_copy.default(s, dtype=input.dtype), input)
+
+
 def opinfo_decompositions() -> dict:
     table = dict(get_decompositions(_REFERENCE))
     for op, decomp in list(table.items()):
         if op.overloadpacket in (aten.linspace, aten.logspace):
             table[op] = _float_only(decomp)
     table[aten._efficientzerotensor.default] = _zero_tensor
+    table[aten.diagonal_scatter.default] = _diagonal_scatter
     table[aten.fmax.default] = _fmax_fmin(aten.maximum.default)
     table[aten.fmin.default] = _fmax_fmin(aten.minimum.default)
     return table
