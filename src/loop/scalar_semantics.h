@@ -261,6 +261,35 @@ inline int64_t pow_i(int64_t a, int64_t b) {
   return r;
 }
 
+// digamma as PyTorch's CPU kernel computes it (calc_digamma): the reflection formula below 0,
+// the recurrence up to 10, then the asymptotic series (runtime_headers' coil::m::digamma and
+// the CUDA prelude's are the same steps).
+inline double digamma_d(double x) {
+  if (x == 0) return std::copysign(INFINITY, -x);
+  double result = 0;
+  if (x < 0) {
+    if (x == std::trunc(x)) return NAN;
+    result = -std::numbers::pi / std::tan(std::numbers::pi * (x - std::trunc(x)));
+    x = 1 - x;
+  }
+  while (x < 10) {
+    result -= 1 / x;
+    x += 1;
+  }
+  if (x == 10) return result + 2.25175258906672110764;
+  double y = 0;
+  if (x < 1.0e17) {
+    const double z = 1 / (x * x);
+    double p = 8.33333333333333333333E-2;
+    for (double a :
+         {-2.10927960927960927961E-2, 7.57575757575757575758E-3, -4.16666666666666666667E-3,
+          3.96825396825396825397E-3, -8.33333333333333333333E-3, 8.33333333333333333333E-2})
+      p = p * z + a;
+    y = z * p;
+  }
+  return result + std::log(x) - 0.5 / x - y;
+}
+
 inline double erfinv_d(double y) {
   if (y <= -1) return y == -1 ? -INFINITY : NAN;
   if (y >= 1) return y == 1 ? INFINITY : NAN;
@@ -391,6 +420,8 @@ inline double unary_f(InstrKind k, double x) {
       return erfinv_d(x);
     case InstrKind::Lgamma:
       return std::lgamma(x);
+    case InstrKind::Digamma:
+      return digamma_d(x);
     case InstrKind::Floor:
       return std::floor(x);
     case InstrKind::Ceil:

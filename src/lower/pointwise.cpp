@@ -609,7 +609,7 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
            {"acosh", InstrKind::Acosh},     {"atanh", InstrKind::Atanh},
            {"sigmoid", InstrKind::Sigmoid}, {"erf", InstrKind::Erf},
            {"erfc", InstrKind::Erfc},       {"erfinv", InstrKind::Erfinv},
-           {"lgamma", InstrKind::Lgamma}}) {
+           {"lgamma", InstrKind::Lgamma},   {"digamma", InstrKind::Digamma}}) {
     unary_float(r, name, k);
   }
   for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{

@@ -287,6 +287,7 @@ void register_pointwise_ops(OpRegistry& r) {
   add("aten.copysign.Tensor", kFloat2);
   add("aten.copysign.Scalar", kFloat2);
   add("aten.lgamma.default", kFloat1);
+  add("aten.digamma.default", kFloat1);
   add("aten.threshold.default", threshold_meta);
   // (grad_output, self, scalars...): the two tensors promote.
   add("aten.hardtanh_backward.default", kPromote2);

@@ -186,6 +186,8 @@ std::string scalar_instr_expr(const loop::Body& b, InstrId id, const ScalarExprH
       return call1("erfinv");
     case InstrKind::Lgamma:
       return call1("lgamma");
+    case InstrKind::Digamma:
+      return call1("digamma");
     case InstrKind::Floor:
       return fp ? call1("floor") : a();
     case InstrKind::Ceil:
