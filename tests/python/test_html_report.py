@@ -17,8 +17,8 @@ from coil import html_report
 
 
 def f(x):
-    # A fused softmax kernel, then digamma (no lowering: run eagerly, per op) and a reduction.
-    return torch.digamma(torch.softmax(x, -1) + 1).sum(-1)
+    # A fused softmax kernel, then erfcx (no lowering: run eagerly, per op) and a reduction.
+    return torch.special.erfcx(torch.softmax(x, -1) + 1).sum(-1)
 
 
 X = torch.rand(4, 8)
@@ -97,7 +97,7 @@ def test_debug_dump_report_and_profile(real_coil, tmp_path):
     assert re.search(r"\d+ coil graph ops, \d+ kernel\(s\), compiled in [\d.]+ m?s", text)
     assert "<td>host_compile</td>" in text
     # The fallback and its reason.
-    assert "<li>aten.digamma.default: no lowering</li>" in text
+    assert "<li>aten.special_erfcx.default: no lowering</li>" in text
     # Kernels with their source, collapsible.
     assert re.search(r'<details class="kernel"><summary>kernel0 — [\d.]+ (µs|ms)/run</summary>'
                      r'<pre class="source">// kernel0: ', text)
@@ -109,9 +109,9 @@ def test_debug_dump_report_and_profile(real_coil, tmp_path):
                            r'</div>.*?<ul class="why">(.*?)</ul>', fmap).group(1)
     assert "starts kernel0" in kernel_box and "fused buf" in kernel_box
     assert re.search(r'<div class="box fallback"[^>]*><div class="bn">run eagerly</div>'
-                     r'<div>aten.digamma.default</div><div class="muted">graph node: '
-                     r'%\d+: f32\[4, 8\] = aten.digamma.default', fmap)
-    assert re.search(r"reads buf\d+ \(aten.digamma.default\)", fmap)
+                     r'<div>aten.special_erfcx.default</div><div class="muted">graph node: '
+                     r'%\d+: f32\[4, 8\] = aten.special_erfcx.default', fmap)
+    assert re.search(r"reads buf\d+ \(aten.special_erfcx.default\)", fmap)
     # Per-kernel time after profiling: in the picture, the kernel list and the profile table.
     assert re.search(r'<div class="bn">kernel0</div><div>over \[4\]</div>'
                      r'<div>[\d.]+ (µs|ms)/run, [\d.]+%</div><div class="bar">', fmap)
@@ -142,7 +142,7 @@ def test_write_without_debug(fake_coil, tmp_path):
     _check_page(text)
     assert re.search(r'id="g-inference_\d+"', text)
     # The fake runs every op through the per-op fallback and says so.
-    assert "aten.digamma.default" in text and "1 graph(s) compiled, 0 ran eagerly" in text
+    assert "aten.special_erfcx.default" in text and "1 graph(s) compiled, 0 ran eagerly" in text
 
 
 def test_report_write_failure_warns_once(fake_coil, tmp_path, caplog):

@@ -132,19 +132,19 @@ def real_coil_parses(text: str) -> bool:
 
 
 def test_error_mode_shrinks_to_the_op_coil_raises_on(real_coil, tmp_path):
-    # aten.digamma has no lowering and no decomposition: it runs through the per-op fallback,
-    # which strict mode (COIL_STRICT=1) turns into an error.
+    # aten.special_erfcx has no lowering and no decomposition: it runs through the per-op
+    # fallback, which strict mode (COIL_STRICT=1) turns into an error.
     def f(x, w):
         h = torch.relu(x @ w) * 2 + 1
-        d = torch.digamma(h)
+        d = torch.special.erfcx(h)
         return (d * h).sum(0), torch.tanh(h).exp().mean()
 
     torch.manual_seed(0)
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     res = coil.minify(f, x, w, mode="error", out_dir=tmp_path / "min")
     assert res is not None
-    assert _call_ops(res.gm) == ["aten.digamma.default"], res.gm.code
-    assert "no lowering" in res.detail and "digamma" in res.detail
+    assert _call_ops(res.gm) == ["aten.special_erfcx.default"], res.gm.code
+    assert "no lowering" in res.detail and "erfcx" in res.detail
     p = _run_repro(tmp_path / "min", fault=False)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "failure reproduced (error): CompileError" in p.stdout
