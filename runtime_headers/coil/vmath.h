@@ -308,37 +308,6 @@ COIL_INLINE double sigmoid(double x) {
 COIL_INLINE double erf(double x) { return __builtin_erf(x); }
 COIL_INLINE double erfc(double x) { return __builtin_erfc(x); }
 COIL_INLINE double lgamma(double x) { return __builtin_lgamma(x); }
-// digamma as PyTorch's CPU kernel computes it (calc_digamma): the reflection formula below 0,
-// the recurrence up to 10, then the asymptotic series. Scalar (a loop per element).
-COIL_INLINE double digamma(double x) {
-  if (x == 0) return __builtin_copysign(__builtin_inf(), -x);
-  double result = 0;
-  if (x < 0) {
-    if (x == __builtin_trunc(x)) return __builtin_nan("");
-    const double pi = 3.14159265358979323846;
-    result = -pi / __builtin_tan(pi * (x - __builtin_trunc(x)));
-    x = 1 - x;
-  }
-  while (x < 10) {
-    result -= 1 / x;
-    x += 1;
-  }
-  if (x == 10) return result + 2.25175258906672110764;
-  double y = 0;
-  if (x < 1.0e17) {
-    const double z = 1 / (x * x);
-    double p = 8.33333333333333333333E-2;
-    p = p * z - 2.10927960927960927961E-2;
-    p = p * z + 7.57575757575757575758E-3;
-    p = p * z - 4.16666666666666666667E-3;
-    p = p * z + 3.96825396825396825397E-3;
-    p = p * z - 8.33333333333333333333E-3;
-    p = p * z + 8.33333333333333333333E-2;
-    y = z * p;
-  }
-  return result + __builtin_log(x) - 0.5 / x - y;
-}
-COIL_INLINE float digamma(float x) { return float(digamma(double(x))); }
 COIL_INLINE double floor(double x) { return __builtin_floor(x); }
 COIL_INLINE double ceil(double x) { return __builtin_ceil(x); }
 COIL_INLINE double trunc(double x) { return __builtin_trunc(x); }
@@ -534,3 +503,14 @@ COIL_UINT_OPS(uint64_t)
 #undef COIL_UINT_OPS
 
 }  // namespace coil::m
+
+namespace coil::m::detail {  // the double math of digamma.h
+COIL_INLINE double log_d(double x) { return __builtin_log(x); }
+COIL_INLINE double tan_d(double x) { return __builtin_tan(x); }
+COIL_INLINE double trunc_d(double x) { return __builtin_trunc(x); }
+COIL_INLINE double copysign_d(double a, double b) { return __builtin_copysign(a, b); }
+COIL_INLINE double inf_d() { return __builtin_inf(); }
+COIL_INLINE double nan_d() { return __builtin_nan(""); }
+}  // namespace coil::m::detail
+
+#include "digamma.h"

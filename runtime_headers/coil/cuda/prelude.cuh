@@ -191,37 +191,14 @@ COIL_F1(ceil, ceilf, ::ceil)
 COIL_F1(round, rintf, ::rint)  // torch.round: half to even
 COIL_F1(trunc, truncf, ::trunc)
 #undef COIL_F1
-// digamma as PyTorch's CPU kernel computes it (calc_digamma), in double: the reflection formula
-// below 0, the recurrence up to 10, then the asymptotic series.
-COIL_INLINE double digamma(double x) {
-  if (x == 0) return ::copysign(__longlong_as_double(0x7ff0000000000000LL), -x);
-  double result = 0;
-  if (x < 0) {
-    if (x == ::trunc(x)) return __longlong_as_double(0x7ff8000000000000LL);
-    const double pi = 3.14159265358979323846;
-    result = -pi / ::tan(pi * (x - ::trunc(x)));
-    x = 1 - x;
-  }
-  while (x < 10) {
-    result -= 1 / x;
-    x += 1;
-  }
-  if (x == 10) return result + 2.25175258906672110764;
-  double y = 0;
-  if (x < 1.0e17) {
-    const double z = 1 / (x * x);
-    double p = 8.33333333333333333333E-2;
-    p = p * z - 2.10927960927960927961E-2;
-    p = p * z + 7.57575757575757575758E-3;
-    p = p * z - 4.16666666666666666667E-3;
-    p = p * z + 3.96825396825396825397E-3;
-    p = p * z - 8.33333333333333333333E-3;
-    p = p * z + 8.33333333333333333333E-2;
-    y = z * p;
-  }
-  return result + ::log(x) - 0.5 / x - y;
-}
-COIL_INLINE float digamma(float x) { return float(digamma(double(x))); }
+namespace detail {  // the double math of digamma.h (appended to this prelude)
+COIL_INLINE double log_d(double x) { return ::log(x); }
+COIL_INLINE double tan_d(double x) { return ::tan(x); }
+COIL_INLINE double trunc_d(double x) { return ::trunc(x); }
+COIL_INLINE double copysign_d(double a, double b) { return ::copysign(a, b); }
+COIL_INLINE double inf_d() { return __longlong_as_double(0x7ff0000000000000LL); }
+COIL_INLINE double nan_d() { return __longlong_as_double(0x7ff8000000000000LL); }
+}  // namespace detail
 
 template <class T>
 COIL_INLINE T abs(T x) {
