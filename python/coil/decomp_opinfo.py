@@ -167,7 +167,9 @@ def _diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     rest = iter(range(nd - 2))
     order = [nd - 2 if p == k_dim else nd - 1 if p == other else next(rest) for p in range(nd)]
     s = aten.permute.default(s, order)
-    return aten.where.self(mask, aten._to_copy.default(s, dtype=input.dtype), input)
+    if s.dtype != input.dtype:  # the result keeps input's dtype, as eager's
+        s = aten._to_copy.default(s, dtype=input.dtype)
+    return aten.where.self(mask, s, input)
 
 
 def opinfo_decompositions() -> dict:

@@ -33,8 +33,9 @@ using InstrId = int;
           X(Tan, 1, "tan") X(Asin, 1, "asin") X(Acos, 1, "acos") X(Atan, 1, "atan") X(            \
               Sinh, 1, "sinh") X(Cosh, 1, "cosh") X(Tanh, 1, "tanh") X(Asinh, 1, "asinh")         \
               X(Acosh, 1, "acosh") X(Atanh, 1, "atanh") X(Sigmoid, 1, "sigmoid") X(Erf, 1, "erf") \
-                  X(Erfc, 1, "erfc") X(Erfinv, 1, "erfinv") X(Lgamma, 1, "lgamma") X(Digamma, 1, "digamma")                \
-                      X(Floor, 1, "floor") X(Ceil, 1, "ceil") X(Round, 1, "round")                \
+                  X(Erfc, 1, "erfc") X(Erfinv, 1, "erfinv") X(Lgamma, 1, "lgamma")                \
+                      X(Digamma, 1, "digamma") X(Floor, 1, "floor") X(Ceil, 1, "ceil")            \
+                      X(Round, 1, "round")                                                        \
                           X(Trunc, 1, "trunc") X(Sign, 1, "sign") X(IsNan, 1, "isnan")            \
                               X(IsInf, 1, "isinf") X(LogicalNot, 1, "not") X(                     \
                                   BitwiseNot, 1, "bitwise_not") X(Add, 2, "add") X(Sub, 2, "sub") \
