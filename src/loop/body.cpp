@@ -1,5 +1,6 @@
 #include "coil/loop/body.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -210,6 +211,42 @@ InstrId BodyBuilder::indirect(InstrId v, sym::Expr symbol) {
   in.operands[0] = v;
   in.expr = symbol;
   return append(std::move(in));
+}
+
+void drop_unused_instrs(Body& body) {
+  const size_t n = body.instrs.size();
+  std::vector<char> live(n, 0);
+  std::vector<InstrId> work;
+  auto mark = [&](InstrId v) {
+    if (v >= 0 && !live[static_cast<size_t>(v)]) {
+      live[static_cast<size_t>(v)] = 1;
+      work.push_back(v);
+    }
+  };
+  mark(body.result);
+  for (size_t i = 0; i < n; ++i)
+    if (body.instrs[i].kind == InstrKind::Indirect) mark(static_cast<InstrId>(i));
+  while (!work.empty()) {
+    const Instr& in = body.instrs[static_cast<size_t>(work.back())];
+    work.pop_back();
+    for (InstrId o : in.operands) mark(o);
+    mark(in.mask);
+  }
+  if (std::find(live.begin(), live.end(), 0) == live.end()) return;
+  std::vector<InstrId> renumbered(n, -1);
+  std::vector<Instr> kept;
+  for (size_t i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    renumbered[i] = static_cast<InstrId>(kept.size());
+    kept.push_back(std::move(body.instrs[i]));
+  }
+  auto remap = [&](InstrId v) { return v < 0 ? v : renumbered[static_cast<size_t>(v)]; };
+  for (Instr& in : kept) {
+    for (InstrId& o : in.operands) o = remap(o);
+    in.mask = remap(in.mask);
+  }
+  body.instrs = std::move(kept);
+  body.result = remap(body.result);
 }
 
 }  // namespace coil::loop

@@ -175,6 +175,7 @@ void LoweringContext::store_into(BufferId out, const TensorValue& v) {
   InstrId r = drop_rounding_before_store(node.body, v.load(b, it.index), v.dtype);
   node.body.result = b.cast(r, dtype_compute(v.dtype));
   node.store_index = it.index;
+  loop::drop_unused_instrs(node.body);
   program_->steps.push_back(std::move(node));
 }
 
@@ -350,6 +351,7 @@ TensorValue LoweringContext::reduce_node(loop::ReduceKind kind, DType dtype,
   BodyBuilder b(node.body);
   node.body.result = body(b, it.index, rt.index);
   node.store_index = it.index;
+  loop::drop_unused_instrs(node.body);
   program_->steps.push_back(std::move(node));
   return from_buffer(out);
 }

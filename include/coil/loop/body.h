@@ -100,6 +100,13 @@ struct Body {
   InstrId result = -1;
 };
 
+// Removes the instructions that neither the result nor an Indirect binding (whose symbol a
+// load's index may use) reaches, and renumbers the rest in order. Builders leave such
+// instructions behind: a folded cast appends its converted constant beside the original, and
+// a lowering may build a value it then does not use. Kept, they would be printed in generated
+// code meant to be read and counted as loads by the scheduler.
+void drop_unused_instrs(Body& body);
+
 // Appends instructions to a Body, with common-subexpression elimination (an identical
 // instruction already present is returned instead of appended). Instructions already in the
 // body when the builder is created take part in CSE too.

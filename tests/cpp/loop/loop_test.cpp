@@ -78,6 +78,39 @@ TEST(Loop, BodyBuilderCse) {
   EXPECT_THROW(b2.op(InstrKind::Add, DType::Float32, x), InternalError);
 }
 
+// A folded cast leaves its source constant unread; a load's mask and an Indirect binding stay
+// with what they guard. The kept instructions keep their order and are renumbered.
+TEST(Loop, DropUnusedInstrs) {
+  sym::Context c;
+  Body body;
+  BodyBuilder b(body);
+  sym::Expr i0 = c.symbol("i0"), t = c.symbol("t0");
+  InstrId idx = b.load(1, DType::Int64, {i0});
+  b.indirect(idx, t);                                // binds t0 for the load below
+  InstrId unused = b.load(2, DType::Float32, {i0});  // read by nothing
+  InstrId mask =
+      b.op(InstrKind::Lt, DType::Bool, b.index_expr(i0), b.int_constant(3, DType::Int64));
+  InstrId x = b.load(0, DType::Float32, {t}, mask);
+  InstrId k = b.cast(b.constant(0.3, DType::Float32), DType::BFloat16);  // 0.3 f32 stays behind
+  body.result = b.op(InstrKind::Mul, DType::Float32, x, b.cast(k, DType::Float32));
+  const size_t before = body.instrs.size();
+  drop_unused_instrs(body);
+  EXPECT_EQ(body.instrs.size(), before - 3);  // the unread load, 0.3 f32 and 0.30078125 bf16
+  for (const Instr& in : body.instrs) {
+    EXPECT_FALSE(in.kind == InstrKind::Load && in.buffer == 2);
+    EXPECT_FALSE(in.kind == InstrKind::Constant && in.fvalue == 0.3);
+    EXPECT_NE(in.dtype, DType::BFloat16);
+  }
+  const Instr& mul = body.instrs.at(static_cast<size_t>(body.result));
+  ASSERT_EQ(mul.kind, InstrKind::Mul);
+  const Instr& load = body.instrs.at(static_cast<size_t>(mul.operands[0]));
+  EXPECT_EQ(load.kind, InstrKind::Load);
+  EXPECT_EQ(body.instrs.at(static_cast<size_t>(load.mask)).kind, InstrKind::Lt);
+  EXPECT_EQ(body.instrs.at(static_cast<size_t>(mul.operands[1])).fvalue, 0.30078125);
+  EXPECT_EQ(body.instrs[1].kind, InstrKind::Indirect);
+  EXPECT_EQ(body.instrs[1].operands[0], 0);
+  (void)unused;
+}
 // out[i] = sum_r in0[i, r] * 2 + 1 as two nodes; mm of in0 and in1.
 TEST(Loop, InterpreterReductionPointwiseAndMm) {
   sym::Context c;
