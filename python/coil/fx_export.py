@@ -40,7 +40,7 @@ import torch.fx as fx
 # ExportedGraph is what the serializer returns; the others are imported from here by
 # node_fallback.py and tests, from before the per-call side had a module of its own.
 from .graph_call import ExportedGraph, _concrete, _restrided, _substitute  # noqa: F401
-from .sym_bind import SymBinder, SymValue, symbol_range
+from .sym_bind import SymBinder, SymValue, symbol_multiple, symbol_range
 
 __all__ = ["ExportError", "ExportedGraph", "export_graph", "format_float", "DTYPE_NAMES"]
 
@@ -710,6 +710,7 @@ class _Exporter:
                 sources.setdefault(v.node.expr.name, ("int", pos))
         hints: dict[str, int] = {}
         ranges: dict[str, tuple[int, int | None]] = {}
+        multiples: dict[str, int] = {}
         carriers: list[str] = []
         for sym, symnode in sorted(used.items(), key=lambda kv: kv[0].name):
             name = sym.name
@@ -718,6 +719,8 @@ class _Exporter:
                 raise ExportError(f"size symbol {name} may be {lo if lo is not None else '< 2'} "
                                   "(coil assumes symbolic sizes >= 2)")
             ranges[name] = (lo, hi)
+            if (m := symbol_multiple(sym, symnode)) > 1:
+                multiples[name] = m
             if name not in sources:
                 raise ExportError(f"size symbol {name} is not an input size or SymInt input")
             if name not in bare:
@@ -742,7 +745,7 @@ class _Exporter:
         for n in scalars:
             self.scalar_inputs[n] = None
         return SymBinder(sources=sources, carriers=carriers, hints=hints,
-                         scalars=scalar_fns, ranges=ranges)
+                         scalars=scalar_fns, ranges=ranges, multiples=multiples)
 
     def scalar_fn(self, node: fx.Node, placeholders: list[fx.Node]):
         """A function env -> value of the scalar FX node `node` (Python arithmetic on sizes),

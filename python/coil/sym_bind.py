@@ -24,11 +24,12 @@ compound size against its expression (InputMismatchError with the input and dim)
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 import torch
 
-__all__ = ["SymBinder", "SymValue", "symbol_lower_bound", "symbol_range"]
+__all__ = ["SymBinder", "SymValue", "symbol_lower_bound", "symbol_multiple", "symbol_range"]
 
 _EVAL_GLOBALS = {"__builtins__": {}, "min": min, "max": max}
 
@@ -74,6 +75,21 @@ def symbol_range(sym, node) -> tuple[int | None, int | None]:
     return bound(r.lower), bound(r.upper)
 
 
+def symbol_multiple(sym, node) -> int:
+    """The number `sym` is known to be a multiple of (1 if none): Dynamo's ShapeEnv records
+    `Mod(s0, 3)` as zero once a graph relied on it (group_norm viewing [s0] channels as
+    [3, s0 // 3]) and guards it. Without it coil could not prove 3 * (s0 // 3) == s0."""
+    env = getattr(node, "shape_env", None)
+    m = 1
+    for e in getattr(env, "divisible", ()) or ():
+        args = getattr(e, "args", ())
+        if len(args) == 2 and args[0] == sym and getattr(args[1], "is_Integer", False):
+            k = int(args[1])
+            if k > 1:
+                m = m * k // math.gcd(m, k)
+    return m
+
+
 @dataclasses.dataclass
 class SymBinder:
     # symbol name -> ("size", pos, dim) | ("stride", pos, dim) | ("int", pos): where its value
@@ -89,6 +105,8 @@ class SymBinder:
     # symbol name -> (lower, upper or None): the ShapeEnv's value range, passed to coil as the
     # `symbol_ranges` compile option (coil simplifies with it and checks it per call).
     ranges: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)
+    # symbol name -> a number it is a multiple of (symbol_multiple; only those above 1).
+    multiples: dict[str, int] = dataclasses.field(default_factory=dict)
     # Where the graph runs: carriers and scalars are made there (a graph's inputs share a
     # device; the CUDA kernels cannot read a host scalar).
     device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
@@ -133,8 +151,13 @@ class SymBinder:
         return out
 
     def ranges_text(self) -> str:
-        """The `symbol_ranges` compile option: "s0:3:64;s1:2:" (no upper bound after s1)."""
-        return ";".join(f"{name}:{lo}:{'' if hi is None else hi}"
+        """The `symbol_ranges` compile option: "s0:3:64;s1:2:;s2:2::3" (no upper bound after
+        s1; s2 a multiple of 3)."""
+        def entry(name, lo, hi):
+            m = self.multiples.get(name, 1)
+            return f"{name}:{lo}:{'' if hi is None else hi}" + (f":{m}" if m > 1 else "")
+
+        return ";".join(entry(name, lo, hi)
                         for name, (lo, hi) in sorted(self.ranges.items(),
                                                      key=lambda kv: _sym_key(kv[0])))
 

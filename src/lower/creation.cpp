@@ -111,8 +111,8 @@ void register_creation_lowerings(LoweringRegistry& r) {
   });
   for (const char* op :
        {"aten.zeros.default", "aten.zeros_like.default", "aten.empty.memory_format",
-        "aten.empty_like.default", "aten.empty_strided.default", "aten.new_zeros.default",
-        "aten.new_empty.default"}) {
+        "aten.empty_like.default", "aten.empty_strided.default", "aten.empty_permuted.default",
+        "aten.new_zeros.default", "aten.new_empty.default"}) {
     r.add(op, [](LoweringContext& lc, const Node& n) { return one(filled(lc, n, constant(0))); });
   }
   for (const char* op : {"aten.ones.default", "aten.ones_like.default", "aten.new_ones.default"}) {

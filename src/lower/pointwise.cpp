@@ -509,9 +509,10 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
           [](LoweringContext& lc, const Node& n) { return one(add_sub(lc, n, true, false)); });
     r.add(std::string("aten.rsub") + ov,
           [](LoweringContext& lc, const Node& n) { return one(add_sub(lc, n, true, true)); });
-    r.add(std::string("aten.div") + ov, [](LoweringContext& lc, const Node& n) {
-      return one(div_value(lc, n, arg_operand(lc, n, 0, "self"), arg_operand(lc, n, 1, "other")));
-    });
+    for (const char* name : {"aten.div", "aten.true_divide"})
+      r.add(std::string(name) + ov, [](LoweringContext& lc, const Node& n) {
+        return one(div_value(lc, n, arg_operand(lc, n, 0, "self"), arg_operand(lc, n, 1, "other")));
+      });
     r.add(std::string("aten.div") + ov + "_mode", [](LoweringContext& lc, const Node& n) {
       return one(div_value(lc, n, arg_operand(lc, n, 0, "self"), arg_operand(lc, n, 1, "other")));
     });

@@ -51,6 +51,30 @@ std::vector<TensorMeta> empty_strided_meta(sym::Context& ctx, const OpCall& c) {
   return {std::move(m)};
 }
 
+// aten.empty_permuted.default(size, physical_layout, *, dtype=None, ...): row-major in the
+// order physical_layout names the dims (layout [0, 2, 3, 1] of a 4-d size is channels-last).
+std::vector<TensorMeta> empty_permuted_meta(sym::Context& ctx, const OpCall& c) {
+  TensorMeta m = factory(ctx, c, DType::Float32, size_list_arg(ctx, c, 0, "size"));
+  const std::vector<int64_t> layout =
+      opt_int_list(c, 1, "physical_layout").value_or(std::vector<int64_t>{});
+  const size_t rank = m.sizes.size();
+  std::vector<bool> seen(rank, false);
+  COIL_USER_CHECK(layout.size() == rank)
+      << c.op << ": physical_layout has " << layout.size() << " dims for a size of " << rank;
+  for (int64_t d : layout) {
+    COIL_USER_CHECK(d >= 0 && d < static_cast<int64_t>(rank) && !seen[d])
+        << c.op << ": physical_layout is not a permutation";
+    seen[d] = true;
+  }
+  sym::Expr stride = ctx.one();
+  for (size_t k = rank; k-- > 0;) {
+    const size_t d = static_cast<size_t>(layout[k]);
+    m.strides[d] = stride;
+    stride = ctx.mul(stride, ctx.max(m.sizes[d], ctx.one()));
+  }
+  return {std::move(m)};
+}
+
 // new_empty/new_zeros/new_ones(self, size, *, dtype=None, ...): self's dtype and device, a
 // row-major result.
 std::vector<TensorMeta> new_factory_meta(sym::Context& ctx, const OpCall& c) {
@@ -223,6 +247,7 @@ void register_creation_ops(OpRegistry& r) {
   add("aten.full.default", full_meta);
   add("aten.scalar_tensor.default", scalar_tensor_meta);
   add("aten.empty_strided.default", empty_strided_meta);
+  add("aten.empty_permuted.default", empty_permuted_meta);
   add("aten.new_empty.default", new_factory_meta);
   add("aten.new_zeros.default", new_factory_meta);
   add("aten.new_ones.default", new_factory_meta);

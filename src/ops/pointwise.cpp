@@ -229,6 +229,8 @@ void register_pointwise_ops(OpRegistry& r) {
   add("aten.pow.Scalar", pow_scalar_meta);
   add("aten.div.Tensor", kFloat2);
   add("aten.div.Scalar", kFloat2);
+  add("aten.true_divide.Tensor", kFloat2);  // an alias of div
+  add("aten.true_divide.Scalar", kFloat2);
   add("aten.div.Tensor_mode", div_mode_meta);
   add("aten.div.Scalar_mode", div_mode_meta);
   add("aten.atan2.default", kFloat2);

@@ -115,7 +115,7 @@ void Program::init(const loop::LoopProgram& program, const sched::Schedule& sche
     int slot = m.num_slots++;
     slots.emplace(s, slot);
     m.bindings.push_back({input, dim, stride, slot});
-    m.ranges.push_back({slot, ctx.symbol_range(s), s->name});
+    m.ranges.push_back({slot, ctx.symbol_range(s), s->name, ctx.symbol_multiple(s)});
     return slot;
   };
   for (const auto& ss : program.size_symbols) {
@@ -585,14 +585,16 @@ std::vector<RuntimeTensor> Program::run_steps(const std::vector<RuntimeTensor>& 
   }
   for (const RangeCheck& r : m.ranges) {
     int64_t v = env[r.slot];
-    if (!r.range.contains(v)) {
+    if (!r.range.contains(v) || v % r.multiple != 0) {
       const Binding* b = nullptr;
       for (const Binding& x : m.bindings)
         if (x.slot == r.slot) b = &x;
+      const std::string what =
+          r.range.contains(v) ? "is not a multiple of " + std::to_string(r.multiple)
+                              : "is outside the compiled range [" + std::to_string(r.range.lo) +
+                                    ", " + std::to_string(r.range.hi) + "]";
       mismatch(b->input, (b->stride ? "stride " : "size ") + std::to_string(v) + " of dim " +
-                             std::to_string(b->dim) + " (symbol " + r.name +
-                             ") is outside the compiled range [" + std::to_string(r.range.lo) +
-                             ", " + std::to_string(r.range.hi) + "]");
+                             std::to_string(b->dim) + " (symbol " + r.name + ") " + what);
     }
   }
   for (const Check& c : m.checks) {

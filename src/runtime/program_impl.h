@@ -59,6 +59,7 @@ struct RangeCheck {
   int slot;
   sym::Range range;
   std::string name;
+  int64_t multiple = 1;  // the value is a multiple of this (sym::Context::set_multiple)
 };
 
 // Measured: the CPU runs whichever of the two was faster for these input sizes, timed on the

@@ -183,9 +183,31 @@ Expr Context::Impl::intern(ExprKind kind, int64_t value, std::string_view name,
   return e;
 }
 
+int64_t Context::Impl::multiple(Expr symbol) const {
+  auto it = multiples.find(symbol);
+  return it == multiples.end() ? 1 : it->second;
+}
+
+bool Context::Impl::exact_quotient_factor(int64_t& coef, std::vector<Expr>& factors) {
+  if (multiples.empty()) return false;
+  bool changed = false;
+  for (Expr& f : factors) {
+    if (f->kind != ExprKind::FloorDiv || !f->operands[0]->is_symbol() ||
+        !f->operands[1]->is_const())
+      continue;
+    const int64_t k = f->operands[1]->value;
+    if (k <= 0 || coef % k != 0 || multiple(f->operands[0]) % k != 0) continue;
+    coef /= k;
+    f = f->operands[0];
+    changed = true;
+  }
+  return changed;
+}
+
 Expr Context::Impl::make_term(int64_t coef, std::vector<Expr> factors) {
   if (coef == 0) return constant(0);
   if (factors.empty()) return constant(coef);
+  exact_quotient_factor(coef, factors);
   if (factors.size() == 1 && coef == 1) return factors[0];
   std::sort(factors.begin(), factors.end(), expr_less);
   if (coef != 1) factors.insert(factors.begin(), constant(coef));
@@ -279,6 +301,25 @@ Expr Context::Impl::build_sum(std::vector<Term> terms) {
       combined[pos].coef = checked_add(combined[pos].coef, t.coef);
   }
   std::erase_if(combined, [](const Term& t) { return t.coef == 0; });
+
+  // 3 * (s // 3) is s where s is a multiple of 3 (set_multiple); merging terms may have made
+  // a coefficient divisible, so the rewritten terms are merged again.
+  if (!multiples.empty()) {
+    bool changed = false;
+    for (Term& t : combined) {
+      std::vector<Expr> fs;
+      factors_of(t.mono, fs);
+      int64_t coef = t.coef;
+      if (!exact_quotient_factor(coef, fs)) continue;
+      Term nt = split_term(make_term(coef, std::move(fs)));
+      t = nt;
+      changed = true;
+    }
+    if (changed) {
+      if (c != 0) combined.push_back({c, nullptr});
+      return build_sum(std::move(combined));
+    }
+  }
 
   // (y // m) * m * k + (y % m) * k -> y * k, where k is any cofactor (constant or symbolic).
   // Only worth trying when some term has a FloorDiv factor (the partner always has one).
@@ -587,6 +628,21 @@ Expr Context::upper_bound(Expr symbol) const {
   return it == impl_->upper.end() ? nullptr : it->second;
 }
 
+void Context::set_multiple(Expr symbol, int64_t m) {
+  COIL_CHECK(symbol && symbol->is_symbol()) << "set_multiple on a non-symbol";
+  COIL_USER_CHECK(m > 0) << "multiple " << m << " for " << symbol->name << " is not positive";
+  if (m == 1) return;
+  Range r = impl_->bounds(symbol);
+  auto up = [m](int64_t v) { return v <= 0 ? 0 : (v + m - 1) / m * m; };
+  r.lo = up(r.lo);
+  if (r.hi < kMaxSize) r.hi = r.hi / m * m;
+  COIL_USER_CHECK(r.lo <= r.hi) << "no multiple of " << m << " in the range of " << symbol->name;
+  impl_->multiples[symbol] = m;
+  set_range(symbol, r);
+}
+
+int64_t Context::symbol_multiple(Expr symbol) const { return impl_->multiple(symbol); }
+
 Range Context::symbol_range(Expr symbol) const {
   COIL_CHECK(symbol && symbol->is_symbol()) << "symbol_range on a non-symbol";
   return impl_->bounds(symbol);
@@ -644,11 +700,20 @@ bool Context::Impl::split_divisible(Expr a, int64_t cb, const std::vector<Expr>&
   std::vector<Term> terms;
   impl.append_terms(a, 1, terms);
   for (const Term& t : terms) {
-    if (t.coef % cb == 0) {
-      std::vector<Expr> tf;
-      if (t.mono) factors_of(t.mono, tf);
-      if (remove_factors(tf, bf)) {
+    std::vector<Expr> tf;
+    if (t.mono) factors_of(t.mono, tf);
+    if (t.mono && remove_factors(tf, bf)) {
+      if (t.coef % cb == 0) {
         q.push_back(impl.split_term(impl.make_term(t.coef / cb, std::move(tf))));
+        continue;
+      }
+      // c * s / cb with s a multiple of cb / gcd(c, cb): (c / g) * (s // need), exactly.
+      const int64_t g = std::gcd(t.coef < 0 ? -t.coef : t.coef, cb), need = cb / g;
+      auto s = std::find_if(tf.begin(), tf.end(),
+                            [&](Expr f) { return f->is_symbol() && multiple(f) % need == 0; });
+      if (s != tf.end()) {
+        *s = intern(ExprKind::FloorDiv, 0, {}, {*s, constant(need)});
+        q.push_back(impl.split_term(impl.make_term(t.coef / g, std::move(tf))));
         continue;
       }
     }

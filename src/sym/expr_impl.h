@@ -68,6 +68,7 @@ struct Context::Impl {
   std::unordered_map<Expr, Range> ranges;
   std::unordered_map<Expr, Range> bounds_cache;  // cleared whenever a range changes
   std::unordered_map<Expr, Expr> upper;          // symbolic exclusive upper bounds
+  std::unordered_map<Expr, int64_t> multiples;   // symbol -> a known divisor of its value
   Expr zero = nullptr;
   Expr one = nullptr;
 
@@ -76,6 +77,10 @@ struct Context::Impl {
   // coef * product(factors); factors need not be sorted; no Const in factors.
   Expr make_term(int64_t coef, std::vector<Expr> factors);
   Expr make_term(int64_t coef, Expr mono);
+  int64_t multiple(Expr symbol) const;
+  // For a term coef * ... * (s // k) * ... where k divides both coef and a known multiple of s:
+  // the term with (coef / k) * s in their place (the division is exact). False if none.
+  bool exact_quotient_factor(int64_t& coef, std::vector<Expr>& factors);
   Term split_term(Expr t);
   void append_terms(Expr e, int64_t scale, std::vector<Term>& out);
   Expr build_sum(std::vector<Term> terms);

@@ -288,14 +288,21 @@ void Context::set_ranges(std::string_view text) {
     std::string_view entry = text.substr(0, semi);
     text = semi == std::string_view::npos ? std::string_view{} : text.substr(semi + 1);
     if (entry.empty()) continue;
-    size_t c1 = entry.find(':'), c2 = entry.rfind(':');
-    COIL_USER_CHECK(c1 != std::string_view::npos && c2 != c1 && c1 > 0)
-        << "symbol range '" << entry << "': expected name:lo:hi";
-    std::string_view hi = entry.substr(c2 + 1);
-    Range r{number(entry.substr(c1 + 1, c2 - c1 - 1), entry),
-            hi.empty() ? kMaxSize : std::min(number(hi, entry), kMaxSize)};
+    std::vector<std::string_view> fields;
+    for (std::string_view rest = entry;;) {
+      size_t colon = rest.find(':');
+      fields.push_back(rest.substr(0, colon));
+      if (colon == std::string_view::npos) break;
+      rest = rest.substr(colon + 1);
+    }
+    COIL_USER_CHECK((fields.size() == 3 || fields.size() == 4) && !fields[0].empty())
+        << "symbol range '" << entry << "': expected name:lo:hi or name:lo:hi:multiple";
+    Range r{number(fields[1], entry),
+            fields[2].empty() ? kMaxSize : std::min(number(fields[2], entry), kMaxSize)};
     COIL_USER_CHECK(r.lo >= 0 && r.lo <= r.hi) << "symbol range '" << entry << "' is empty";
-    set_range(symbol(entry.substr(0, c1)), r);
+    Expr s = symbol(fields[0]);
+    set_range(s, r);
+    if (fields.size() == 4 && !fields[3].empty()) set_multiple(s, number(fields[3], entry));
   }
 }
 

@@ -520,3 +520,50 @@ def test_digamma(real_coil, device, dtype):
     y = torch.randn(64, 33, dtype=dtype) * 5
     check(lambda x, y: (torch.digamma(x), torch.special.digamma(y * 2) + 1), x.to(device),
           y.to(device))
+
+
+def test_dynamic_views_through_a_divisible_size(real_coil):
+    # Seeds 11803, 12029: group_norm views a dynamic channel dim s0 as [groups, s0 // groups]
+    # and back. Dynamo's ShapeEnv knows s0 % groups == 0 and guards it; coil did not, so the
+    # view back to [s0] (declared [3 * (s0 // 3)]) failed verification and strict mode refused
+    # the graph. The divisibility now reaches coil with the symbol's range (`s0:2::3`).
+    check(lambda x: (torch.nn.functional.group_norm(x, 3),), torch.randn(1, 9, 1),
+          dynamic=True, grad=True)
+    check(lambda x: (torch.nn.functional.group_norm(x.mean(-2), 3) * 2,),
+          torch.randn(1, 16, 6), dynamic=True, grad=True)
+    # A later call with another multiple reuses the graph; the sizes bind per call.
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.nn.functional.group_norm(x, 4).sum(-1), backend="coil",
+                      fullgraph=True, dynamic=True, options={"strict": True})
+    for c in (8, 12, 20):
+        x = torch.randn(2, c, 5)
+        torch.testing.assert_close(f(x), torch.nn.functional.group_norm(x, 4).sum(-1))
+    torch._dynamo.reset()
+
+
+def test_symbol_multiple_is_exported_and_checked(real_coil):
+    # The export passes ShapeEnv's divisibility with the range; a size that is no multiple
+    # reaching the compiled graph is refused with the reason, not read through a wrong view.
+    import coil
+    from coil.sym_bind import SymBinder
+
+    b = SymBinder(sources={}, carriers=[], hints={}, ranges={"s0": (2, None), "s1": (3, 64)},
+                  multiples={"s0": 3})
+    assert b.ranges_text() == "s0:2::3;s1:3:64"
+    g = coil._coil.compile("graph(%0: f32[s0]):\n  %1: f32[s0] = aten.mul.Tensor(%0, 2.0)\n"
+                           "  return (%1)\n", {"symbol_ranges": "s0:2::3"})
+    out = g.run([torch.ones(6)])[0]
+    assert torch.equal(out, torch.full((6,), 2.0))
+    with pytest.raises(coil._coil.InputMismatchError, match="not a multiple of 3"):
+        g.run([torch.ones(7)])
+
+
+def test_true_divide_and_empty_permuted(real_coil):
+    # Seed 12029: true_divide (div's alias) reached coil without a lowering. Seed 11110:
+    # empty_permuted (what empty_like of a permuted tensor decomposes to) had none either.
+    check(lambda x, y: (torch.true_divide(x, y), torch.true_divide(x, 3)), torch.randn(4, 5),
+          torch.rand(4, 5) + 0.5)
+    check(lambda x: (torch.empty_permuted((2, 3, 4), (2, 0, 1)).fill_(1.5) * x,),
+          torch.randn(2, 3, 4))
+    check(lambda x: (torch.ops.aten.empty_permuted((2, 3, 4), (1, 2, 0)).stride(),
+                     torch.zeros_like(x.permute(2, 0, 1)) + 1,), torch.randn(2, 3, 4))

@@ -88,6 +88,12 @@ class Context {
   // not revisited), so set ranges before building; bounds() always uses the current ranges.
   void set_range(Expr symbol, Range range);
   Range symbol_range(Expr symbol) const;
+  // Declares that `symbol` is a multiple of m > 0 (Dynamo's ShapeEnv knows s0 % 3 == 0 once a
+  // graph viewed [s0] as [3, s0 // 3]). The simplifier then divides exactly: s0 // 3 * 3 is
+  // s0 and s0 % 3 is 0; the range's ends are rounded inward to multiples. Set it before
+  // building expressions, as ranges.
+  void set_multiple(Expr symbol, int64_t m);
+  int64_t symbol_multiple(Expr symbol) const;  // 1 unless set_multiple said more
   // Declares 0 <= symbol < upper for a loop index whose extent is symbolic (`upper` is an
   // expression over other symbols, e.g. s1, or s1*s2). The simplifier then proves facts that
   // numeric ranges cannot, e.g. (i0*s1 + i1)//s1 -> i0 and i1 < s1. Also narrows the numeric
@@ -137,8 +143,9 @@ class Context {
   //   a < b, a <= b, a == b, a != b
   std::string str(Expr e) const;
   Expr parse(std::string_view text);  // throws CompileError on bad text
-  // Sets symbol ranges from "name:lo:hi" entries separated by ';' (hi empty: unbounded), e.g.
-  // "s0:3:64;s1:2:" (Dynamo's ShapeEnv value ranges, set before the graph is parsed).
+  // Sets symbol ranges from "name:lo:hi[:m]" entries separated by ';' (hi empty: unbounded;
+  // m: the symbol is a multiple of m), e.g. "s0:3:64;s1:2::4" (Dynamo's ShapeEnv value ranges
+  // and divisibility facts, set before the graph is parsed).
   void set_ranges(std::string_view text);
 
  private:

@@ -424,8 +424,28 @@ TEST(SymRanges, SetRangesFromText) {
   EXPECT_EQ(c.as_const(c.sub(c.min(c.constant(3), s0), c.one())), 2);
   EXPECT_EQ(c.as_const(c.sub(c.min(c.constant(3), s1), c.one())), std::nullopt);
   EXPECT_TRUE(c.provably_lt(s0, c.constant(65)));
-  for (const char* bad : {"s0", "s0:3", "s0:x:4", "s0:5:4", ":2:3", "s0:-1:"})
+  for (const char* bad :
+       {"s0", "s0:3", "s0:x:4", "s0:5:4", ":2:3", "s0:-1:", "s3:2::0", "s3:2:3:4", "s3:2:3:4:5"})
     EXPECT_THROW(c.set_ranges(bad), CompileError) << bad;
+}
+
+// A fourth field: the symbol is a multiple (ShapeEnv's divisibility facts). The range's ends
+// round inward, and exact divisions simplify: group_norm's view of [s0] channels as
+// [3, s0 // 3] and back gives s0 again, as Dynamo guarantees.
+TEST(SymRanges, MultiplesFromText) {
+  Context c;
+  c.set_ranges("s0:2::3;s1:2:50:8");
+  Expr s0 = c.symbol("s0"), s1 = c.symbol("s1");
+  EXPECT_EQ(c.symbol_multiple(s0), 3);
+  EXPECT_EQ(c.symbol_range(s0).lo, 3);
+  EXPECT_EQ(c.symbol_range(s1).lo, 8);
+  EXPECT_EQ(c.symbol_range(s1).hi, 48);
+  Expr third = c.floordiv(s0, c.constant(3));
+  EXPECT_EQ(c.mul(third, c.constant(3)), s0);
+  EXPECT_EQ(c.max(c.one(), third), third);  // s0 >= 3, so s0 // 3 >= 1
+  EXPECT_EQ(c.str(c.mul(c.constant(3), c.floordiv(s1, c.constant(4)))), "3*(s1//4)");
+  EXPECT_EQ(c.mul(c.constant(4), c.floordiv(s1, c.constant(4))), s1);
+  EXPECT_EQ(c.symbol_multiple(c.symbol("s9")), 1);
 }
 
 }  // namespace

@@ -319,6 +319,61 @@ TEST(SymFuzz, CanonicalFormMatchesBruteForce) {
   EXPECT_EQ(checked, 4000);
 }
 
+// Symbols known to be multiples (Context::set_multiple: Dynamo's divisibility facts): p of 3,
+// q of 2. Every canonical form must still agree with brute force over the assignments that
+// respect them, and exact divisions must simplify.
+TEST(SymFuzz, MultiplesMatchBruteForce) {
+  const SymInfo syms_info[] = {{"p", {0, 12}}, {"q", {2, 8}}, {"c", {1, 3}}, {"d", {0, 2}}};
+  const int64_t multiples[] = {3, 2, 1, 1};
+  Gen gen(2026);
+  Context c;
+  std::vector<Expr> syms;
+  for (int i = 0; i < kNumSyms; ++i) {
+    syms.push_back(c.symbol(syms_info[i].name, syms_info[i].range));
+    c.set_multiple(syms.back(), multiples[i]);
+  }
+  Expr p = syms[0], q = syms[1];
+  EXPECT_EQ(c.mul(c.constant(3), c.floordiv(p, c.constant(3))), p);
+  EXPECT_EQ(c.mod(p, c.constant(3)), c.zero());
+  EXPECT_EQ(c.mod(c.add(c.mul(q, c.constant(3)), c.mul(p, c.constant(2))), c.constant(6)),
+            c.zero());
+  EXPECT_EQ(c.add(c.floordiv(p, c.constant(3)), c.mul(c.constant(2), c.floordiv(p, c.constant(3)))),
+            p);
+  EXPECT_EQ(c.floordiv(c.mul(q, c.constant(3)), c.constant(2)),
+            c.mul(c.constant(3), c.floordiv(q, c.constant(2))));
+  EXPECT_NE(c.mod(p, c.constant(2)), c.zero());  // 3 does not make p even
+  int checked = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    TreeP t = gen.expr(1 + iter % 5);
+    SCOPED_TRACE(tree_str(*t, syms_info));
+    Expr e = build(c, *t, syms);
+    SCOPED_TRACE(c.str(e));
+    ASSERT_EQ(c.parse(c.str(e)), e);
+    Range r = c.bounds(e);
+    std::unordered_map<Expr, int64_t> env_map;
+    bool ok = true;
+    for_all_assignments(
+        [&](const int64_t* env) {
+          if (!ok) return;
+          for (int i = 0; i < kNumSyms; ++i) {
+            if (env[i] % multiples[i] != 0) return;
+            env_map[syms[i]] = env[i];
+          }
+          int64_t want = ref_eval(*t, env);
+          int64_t got = c.evaluate(e, env_map);
+          if (got != want || !r.contains(got)) {
+            ok = false;
+            ADD_FAILURE() << "p=" << env[0] << " q=" << env[1] << " c=" << env[2] << " d=" << env[3]
+                          << ": want " << want << " got " << got;
+          }
+        },
+        syms_info, kNumSyms);
+    ++checked;
+    if (!ok) break;
+  }
+  EXPECT_EQ(checked, 3000);
+}
+
 TEST(SymFuzz, TextRoundTrip) {
   Gen gen(777);
   Context c;
