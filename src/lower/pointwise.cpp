@@ -613,6 +613,40 @@ void register_pointwise_lowerings(LoweringRegistry& r) {
            {"lgamma", InstrKind::Lgamma},   {"digamma", InstrKind::Digamma}}) {
     unary_float(r, name, k);
   }
+  // polygamma(n, x): n = 0 is digamma, n = 1 trigamma (digamma's backward), composed as
+  // PyTorch's kernels compute it: reflection below 1/2, six steps of the recurrence, then the
+  // asymptotic series. Higher orders need the Hurwitz zeta function: not lowered.
+  r.add("aten.polygamma.default", [](LoweringContext& lc, const Node& n) {
+    const int64_t order = detail::int_arg(n, 0, "n", -1);
+    COIL_USER_CHECK(order == 0 || order == 1)
+        << "aten.polygamma.default: order " << order << " is not lowered (only 0 and 1)";
+    Operand x = arg_operand(lc, n, 1, "self");
+    const DType out = int_to_float(x.dtype()), ct = dtype_compute(out);
+    return one(make_pointwise(lc, {x}, ct, out, [order, ct](BodyBuilder& b, auto& v) {
+      if (order == 0) return b.op(InstrKind::Digamma, ct, v[0]);
+      auto c = [&](double k) { return b.constant(k, ct); };
+      auto op = [&](InstrKind k, InstrId a, InstrId bb) { return b.op(k, ct, a, bb); };
+      const InstrId small = b.op(InstrKind::Lt, DType::Bool, v[0], c(0.5));
+      const InstrId pi = c(std::numbers::pi);
+      const InstrId sin = b.op(InstrKind::Sin, ct, op(InstrKind::Mul, pi, v[0]));
+      const InstrId reflected =
+          op(InstrKind::Div, op(InstrKind::Mul, pi, pi), op(InstrKind::Mul, sin, sin));
+      InstrId y = b.op(InstrKind::Where, ct, small, op(InstrKind::Sub, c(1), v[0]), v[0]);
+      InstrId sum = c(0);
+      for (int i = 0; i < 6; ++i) {
+        sum = op(InstrKind::Add, sum, op(InstrKind::Div, c(1), op(InstrKind::Mul, y, y)));
+        y = op(InstrKind::Add, y, c(1));
+      }
+      const InstrId iyy = op(InstrKind::Div, c(1), op(InstrKind::Mul, y, y));
+      InstrId series = op(InstrKind::Sub, c(1.0 / 30), op(InstrKind::Mul, iyy, c(1.0 / 42)));
+      series = op(InstrKind::Sub, c(1.0 / 6), op(InstrKind::Mul, iyy, series));
+      series = op(InstrKind::Add,
+                  op(InstrKind::Add, c(1), op(InstrKind::Div, c(1), op(InstrKind::Mul, c(2), y))),
+                  op(InstrKind::Mul, iyy, series));
+      const InstrId result = op(InstrKind::Add, sum, op(InstrKind::Div, series, y));
+      return b.op(InstrKind::Where, ct, small, op(InstrKind::Sub, reflected, result), result);
+    }));
+  });
   for (auto [name, k] : std::initializer_list<std::pair<const char*, InstrKind>>{
            {"isnan", InstrKind::IsNan}, {"isinf", InstrKind::IsInf}}) {
     InstrKind kk = k;

@@ -290,6 +290,9 @@ void register_pointwise_ops(OpRegistry& r) {
   add("aten.copysign.Scalar", kFloat2);
   add("aten.lgamma.default", kFloat1);
   add("aten.digamma.default", kFloat1);
+  add("aten.polygamma.default", [](sym::Context& ctx, const OpCall& c) {  // (int n, Tensor self)
+    return pointwise_impl(ctx, c, DTypeRule::PromoteFloat, 2, {"n", "self", ""});
+  });
   add("aten.threshold.default", threshold_meta);
   // (grad_output, self, scalars...): the two tensors promote.
   add("aten.hardtanh_backward.default", kPromote2);

@@ -522,6 +522,30 @@ def test_digamma(real_coil, device, dtype):
           y.to(device))
 
 
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_polygamma_and_digamma_backward(real_coil, device, dtype):
+    # digamma's backward is polygamma(1, x), which ran eagerly (per-op fallback). Orders 0 and
+    # 1 are lowered as PyTorch computes them (trigamma: reflection below 1/2, six recurrence
+    # steps, the asymptotic series), poles and infinities included.
+    x = torch.tensor([-2.5, -0.3, -1e-5, 1e-3, 0.25, 0.5, 0.7, 1.0, 3.7, 10.0, 123.4, 1e6,
+                      float("inf"), float("-inf"), float("nan"), 0.0, -1.0], dtype=dtype)
+    check(lambda x: (torch.polygamma(1, x), torch.special.polygamma(0, x) * 2), x.to(device))
+    y = (torch.rand(6, 7, dtype=dtype) * 4 + 0.1).to(device)
+    check(lambda y: (torch.digamma(y).sin(),), y, grad=True)
+
+
+def test_polygamma_of_higher_order_runs_eagerly_with_its_reason(real_coil):
+    import coil
+
+    x = torch.rand(9) + 0.5
+    f = torch.compile(lambda x: torch.polygamma(2, x) + 1, backend="coil")
+    torch.testing.assert_close(f(x), torch.polygamma(2, x) + 1)
+    assert any(op.startswith("aten.polygamma.default") and "order 2 is not lowered" in op
+               for op in coil.report().fallback_ops)
+    torch._dynamo.reset()
+
 def test_dynamic_views_through_a_divisible_size(real_coil):
     # Seeds 11803, 12029: group_norm views a dynamic channel dim s0 as [groups, s0 // groups]
     # and back. Dynamo's ShapeEnv knows s0 % groups == 0 and guards it; coil did not, so the
